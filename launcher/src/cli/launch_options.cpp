@@ -1,0 +1,95 @@
+#include "cli/launch_options.h"
+
+#include <CLI/CLI.hpp>
+
+#include <cctype>
+#include <cstdio>
+
+#include "cli/usage_error.h"
+
+namespace ddp {
+namespace {
+
+// torchrun accepts --nproc-per-node and --nproc_per_node, and reads
+// PET_NPROC_PER_NODE when neither is given.
+std::string spellings(const std::string& dashed) {
+  std::string underscored = dashed;
+  for (char& c : underscored) {
+    if (c == '-') c = '_';
+  }
+  return "--" + dashed + ",--" + underscored;
+}
+
+std::string env_name(const std::string& dashed) {
+  std::string name = "PET_";
+  for (char c : dashed) name += (c == '-') ? '_' : static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+  return name;
+}
+
+template <typename T>
+CLI::Option* add(CLI::App& app, const std::string& dashed, T& value, const std::string& help) {
+  return app.add_option(spellings(dashed), value, help)->envname(env_name(dashed));
+}
+
+CLI::Option* add_flag(CLI::App& app, const std::string& names, bool& value, const std::string& env,
+                      const std::string& help) {
+  return app.add_flag(names, value, help)->envname(env);
+}
+
+}  // namespace
+
+std::optional<LaunchOptions> parse_launch_options(int argc, const char* const* argv) {
+  LaunchOptions o;
+  CLI::App app{"ddplaunch: start and supervise one worker process per GPU or CPU slot", "ddplaunch"};
+  // Everything from PROGRAM on belongs to PROGRAM.
+  app.prefix_command();
+  app.set_version_flag("--version", "ddplaunch 0.1.0");
+
+  add(app, "nproc-per-node", o.nproc_per_node, "workers on this node: N, gpu, cpu or auto")->capture_default_str();
+  add(app, "nnodes", o.nnodes, "number of nodes (this version: 1)")->capture_default_str();
+  add(app, "node-rank", o.node_rank, "rank of this node (this version: 0)")->capture_default_str();
+  add_flag(app, "--standalone", o.standalone, "PET_STANDALONE", "single-node job on loopback with a free port");
+  add(app, "master-addr", o.master_addr, "address workers use for MASTER_ADDR")->capture_default_str();
+  add(app, "master-port", o.master_port, "MASTER_PORT; 0 picks a free port")->check(CLI::Range(0, 65535));
+  add(app, "max-restarts", o.max_restarts, "restart the whole group this many times after a failure")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+  add(app, "log-dir", o.log_dir, "where per-rank logs and failure reports go (default ${TMPDIR:-/tmp}/ddplaunch-logs)");
+  add(app, "rdzv-id", o.run_id, "job id (TORCHELASTIC_RUN_ID); generated when not given");
+  add(app, "tee", o.tee, "streams also copied to the console: 0 none, 1 stdout, 2 stderr, 3 both, or 0:1,1:2")
+      ->capture_default_str();
+  add(app, "redirects", o.redirects, "streams sent to log files only: 0 none, 1 stdout, 2 stderr, 3 both, or 0:1,1:2")
+      ->capture_default_str();
+  add(app, "local-ranks-filter", o.local_ranks_filter, "only these local ranks reach the console, e.g. 0,2");
+  add(app, "role", o.role, "ROLE_NAME of the workers")->capture_default_str();
+  add(app, "shutdown-grace", o.shutdown_grace_s, "seconds from SIGTERM to SIGKILL when stopping workers")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+  add_flag(app, "-m,--module", o.module, "PET_MODULE", "PROGRAM is a Python module, run as python3 -u -m PROGRAM");
+  add_flag(app, spellings("no-python"), o.no_python, "PET_NO_PYTHON", "run PROGRAM as is, even a .py file");
+  app.add_option("--log-level", o.log_level, "ddplaunch's own log level")
+      ->check(CLI::IsMember({"trace", "debug", "info", "warn", "error", "off"}))
+      ->capture_default_str();
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp&) {
+    std::fputs(app.help().c_str(), stdout);
+    return std::nullopt;
+  } catch (const CLI::CallForVersion&) {
+    std::puts("ddplaunch 0.1.0");
+    return std::nullopt;
+  } catch (const CLI::ParseError& e) {
+    throw UsageError(e.what());
+  }
+
+  o.command = app.remaining();
+  if (!o.command.empty() && o.command.front() == "--") o.command.erase(o.command.begin());
+  if (o.command.empty()) throw UsageError("missing PROGRAM: usage: ddplaunch [options] PROGRAM [ARGS...]");
+  // prefix_command() stops at the first thing it does not know, which may be
+  // a mistyped option rather than the program.
+  if (o.command.front().rfind("-", 0) == 0) throw UsageError("unknown option " + o.command.front());
+  return o;
+}
+
+}  // namespace ddp

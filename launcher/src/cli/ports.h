@@ -1,0 +1,16 @@
+#pragma once
+// TCP ports for MASTER_PORT: pick a free one, or check that a given one is.
+
+#include <string>
+
+namespace ddp {
+
+/// Binds port 0 on host and returns the port the kernel chose. Another process
+/// could take it before the workers do; the window is the launch time.
+/// Throws UsageError when host does not resolve to a local address.
+int pick_free_port(const std::string& host);
+
+/// Throws UsageError naming host and port when the port cannot be bound.
+void ensure_port_free(const std::string& host, int port);
+
+}  // namespace ddp

@@ -1,0 +1,20 @@
+#pragma once
+// ddplaunch's own exit statuses. A worker failure exits with the failing
+// rank's code instead (128+S when the worker died of signal S), and a signal N
+// sent to ddplaunch itself gives 128+N.
+
+namespace ddp::exit_code {
+
+inline constexpr int kSuccess = 0;
+/// Bad command line or environment: nothing was started.
+inline constexpr int kUsage = 2;
+/// ddplaunch itself could not run the job (e.g. fork failed).
+inline constexpr int kInternal = 70;
+/// A hung rank was detected (heartbeats; see the hang detector).
+inline constexpr int kHang = 124;
+/// Rendezvous with the coordinator failed.
+inline constexpr int kRendezvous = 125;
+
+inline constexpr int for_signal(int signo) { return 128 + signo; }
+
+}  // namespace ddp::exit_code

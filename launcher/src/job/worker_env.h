@@ -1,0 +1,36 @@
+#pragma once
+// The environment of one worker: the user's own environment plus what
+// torchrun sets, so an unmodified PyTorch script's init_process_group("env://")
+// works, plus DDPLAUNCH_* for the ddplaunch runtime.
+
+#include <string>
+#include <vector>
+
+namespace ddp {
+
+struct WorkerIdentity {
+  int rank = 0;
+  int local_rank = 0;
+  int world_size = 1;
+  int local_world_size = 1;
+  int group_rank = 0;  // node rank
+  int group_world_size = 1;
+  std::string role;
+  std::string master_addr;
+  int master_port = 0;
+  int restart_count = 0;
+  int max_restarts = 0;
+  std::string job_id;
+  std::string error_file;    // TORCHELASTIC_ERROR_FILE
+  std::string rank_log_dir;  // DDPLAUNCH_RANK_LOG_DIR
+};
+
+/// base: the launcher's environment as "NAME=value" entries. The result keeps
+/// every entry of base except those the identity overrides, and sets
+/// OMP_NUM_THREADS=1 only where base does not set it.
+std::vector<std::string> build_worker_env(const std::vector<std::string>& base, const WorkerIdentity& id);
+
+/// The calling process's environment as "NAME=value" entries.
+std::vector<std::string> current_environment();
+
+}  // namespace ddp

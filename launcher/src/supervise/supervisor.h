@@ -1,0 +1,116 @@
+#pragma once
+// Supervisor: the decisions of a single-node job, free of any I/O of its own.
+// It starts one group of workers per attempt through a ProcessSpawner, learns
+// of exits and signals from its caller (the event loop), tears the group down
+// at the first failure, restarts it while the budget lasts, and settles the
+// exit code. Deadlines come from a Clock, so unit tests run it with a fake
+// spawner and a fake clock.
+//
+// Threading: not thread-safe; one thread (the event loop) calls everything.
+
+#include <sys/types.h>
+
+#include <functional>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "ddp/common/clock.h"
+#include "process/exit_status.h"
+#include "process/process_spawner.h"
+
+namespace ddp {
+
+/// One worker to start in an attempt.
+struct WorkerSpec {
+  int local_rank = 0;
+  int rank = 0;
+  SpawnRequest request;
+};
+
+enum class WorkerState {
+  kRunning,
+  kSucceeded,  // exited 0
+  kFailed,     // exited non-zero or by a signal, on its own
+  kStopped,    // ended after ddplaunch asked it to stop
+};
+const char* to_string(WorkerState state);
+
+struct WorkerRecord {
+  int local_rank = 0;
+  int rank = 0;
+  pid_t pid = -1;
+  WorkerState state = WorkerState::kRunning;
+  std::optional<ExitStatus> exit;
+  WallTime exit_time{};
+};
+
+/// What the listener hears. Default implementations ignore the event.
+class SupervisorListener {
+ public:
+  virtual ~SupervisorListener() = default;
+  virtual void on_attempt_started(int /*attempt*/) {}
+  /// A worker started; its output pipes now belong to the listener.
+  virtual void on_worker_started(const WorkerRecord&, const SpawnedProcess&) {}
+  /// The first failure of an attempt (the root cause), before teardown starts.
+  virtual void on_first_failure(int /*attempt*/, const WorkerRecord&) {}
+  /// The attempt's group has fully ended; failed() tells how.
+  virtual void on_attempt_ended(int /*attempt*/, const std::vector<WorkerRecord>&) {}
+  virtual void on_restart(int /*next_attempt*/, int /*restarts_left*/) {}
+};
+
+struct SupervisorConfig {
+  int max_restarts = 0;
+  Duration shutdown_grace = std::chrono::seconds(5);
+  /// Builds the workers of an attempt (the attempt number shows in their env).
+  std::function<std::vector<WorkerSpec>(int attempt)> plan_attempt;
+};
+
+class Supervisor {
+ public:
+  Supervisor(SupervisorConfig config, ProcessSpawner& spawner, const Clock& clock,
+             SupervisorListener& listener);
+
+  /// Starts attempt 0.
+  void start();
+  /// A reaped child. Pids the supervisor does not know are ignored.
+  void on_child_exit(pid_t pid, ExitStatus status);
+  /// ddplaunch received signo: stop the job (a second signal forces SIGKILL).
+  void on_signal(int signo);
+  /// Lets deadlines fire (SIGKILL after the grace period). Call after waking.
+  void on_tick();
+  /// When on_tick() next has something to do; nullopt when nothing is pending.
+  std::optional<SteadyTime> next_deadline() const;
+
+  bool finished() const { return finished_; }
+  /// Valid once finished(): 0, the root-cause rank's shell code, or 128+N.
+  int exit_code() const { return exit_code_; }
+  int attempt() const { return attempt_; }
+  const std::vector<WorkerRecord>& workers() const { return workers_; }
+  /// The root cause of the current attempt's failure, if any.
+  const WorkerRecord* root_cause() const;
+
+ private:
+  void start_attempt();
+  void begin_teardown();
+  void signal_running(int signo);
+  void finish_attempt_if_done();
+  bool all_ended() const;
+  WorkerRecord* find(pid_t pid);
+
+  SupervisorConfig config_;
+  ProcessSpawner& spawner_;
+  const Clock& clock_;
+  SupervisorListener& listener_;
+
+  int attempt_ = 0;
+  std::vector<WorkerRecord> workers_;
+  std::optional<size_t> root_cause_;     // index into workers_
+  bool tearing_down_ = false;
+  std::optional<SteadyTime> kill_deadline_;
+  int stop_signal_ = 0;                  // signal that asked ddplaunch to stop
+  bool finished_ = false;
+  int exit_code_ = 0;
+};
+
+}  // namespace ddp

@@ -1,0 +1,68 @@
+#include "job/worker_env.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <map>
+
+namespace ddp {
+namespace {
+
+std::map<std::string, std::string> as_map(const std::vector<std::string>& env) {
+  std::map<std::string, std::string> m;
+  for (const auto& e : env) {
+    const auto eq = e.find('=');
+    EXPECT_EQ(m.count(e.substr(0, eq)), 0u) << "duplicate " << e;
+    m[e.substr(0, eq)] = e.substr(eq + 1);
+  }
+  return m;
+}
+
+WorkerIdentity identity() {
+  WorkerIdentity id;
+  id.rank = 5;
+  id.local_rank = 1;
+  id.world_size = 8;
+  id.local_world_size = 4;
+  id.group_rank = 1;
+  id.group_world_size = 2;
+  id.role = "trainer";
+  id.master_addr = "10.0.0.1";
+  id.master_port = 29500;
+  id.restart_count = 2;
+  id.max_restarts = 3;
+  id.job_id = "job7";
+  id.error_file = "/logs/error.json";
+  id.rank_log_dir = "/logs";
+  return id;
+}
+
+TEST(WorkerEnv, SetsTheTorchrunEnvironment) {
+  const auto env = as_map(build_worker_env({}, identity()));
+  EXPECT_EQ(env.at("RANK"), "5");
+  EXPECT_EQ(env.at("LOCAL_RANK"), "1");
+  EXPECT_EQ(env.at("WORLD_SIZE"), "8");
+  EXPECT_EQ(env.at("LOCAL_WORLD_SIZE"), "4");
+  EXPECT_EQ(env.at("GROUP_RANK"), "1");
+  EXPECT_EQ(env.at("GROUP_WORLD_SIZE"), "2");
+  EXPECT_EQ(env.at("ROLE_RANK"), "5");
+  EXPECT_EQ(env.at("ROLE_NAME"), "trainer");
+  EXPECT_EQ(env.at("MASTER_ADDR"), "10.0.0.1");
+  EXPECT_EQ(env.at("MASTER_PORT"), "29500");
+  EXPECT_EQ(env.at("TORCHELASTIC_RESTART_COUNT"), "2");
+  EXPECT_EQ(env.at("TORCHELASTIC_MAX_RESTARTS"), "3");
+  EXPECT_EQ(env.at("TORCHELASTIC_RUN_ID"), "job7");
+  EXPECT_EQ(env.at("TORCHELASTIC_ERROR_FILE"), "/logs/error.json");
+  EXPECT_EQ(env.at("OMP_NUM_THREADS"), "1");
+}
+
+TEST(WorkerEnv, KeepsTheUsersEnvironmentButOverridesStaleRanks) {
+  const auto env = as_map(build_worker_env({"HOME=/root", "RANK=99", "A=b=c", "OMP_NUM_THREADS=4"}, identity()));
+  EXPECT_EQ(env.at("HOME"), "/root");
+  EXPECT_EQ(env.at("A"), "b=c");
+  EXPECT_EQ(env.at("RANK"), "5");
+  EXPECT_EQ(env.at("OMP_NUM_THREADS"), "4");
+}
+
+}  // namespace
+}  // namespace ddp
