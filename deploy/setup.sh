@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# One command from a fresh Debian machine to a result:
+#   deploy/setup.sh main   install what is missing, build, run the main job
+#   deploy/setup.sh test   install what is missing, build, run the whole test suite
+# Re-running is cheap: packages already present are skipped and ccache keeps
+# the objects of earlier builds.
+set -euo pipefail
+
+mode=${1:-main}
+repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+build=${DDP_BUILD_DIR:-$repo/build}
+jobs=${DDP_JOBS:-$(nproc)}
+# Debian's python3 has torch; the first python3 on PATH may be another one.
+export PYTHON_EXEC=${PYTHON_EXEC:-/usr/bin/python3}
+
+bash "$repo/deploy/install-deps.sh"
+
+cmake -S "$repo" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
+cmake --build "$build" -j "$jobs"
+
+case "$mode" in
+  main)
+    # The main job: a real 4-rank data-parallel training on CPU (Gloo).
+    exec "$build/launcher/ddplaunch" --nproc-per-node=4 --log-dir "$build/logs" \
+      "$repo/worker/python/torch_ddp_mlp.py" --steps 200
+    ;;
+  test)
+    # One test at a time: integration tests time the launcher's reactions.
+    cd "$build" && ctest --output-on-failure
+    ;;
+  *)
+    echo "usage: deploy/setup.sh main|test" >&2
+    exit 2
+    ;;
+esac
