@@ -3,6 +3,8 @@
 #include <gtest/gtest.h>
 #include <signal.h>
 
+#include <memory>
+
 #include "fake_spawner.h"
 
 namespace ddp {
@@ -14,15 +16,15 @@ struct RecordingListener final : SupervisorListener {
   void on_attempt_started(int attempt) override { attempts.push_back(attempt); }
   void on_first_failure(int, const WorkerRecord& w) override { first_failures.push_back(w.rank); }
   void on_attempt_ended(int attempt, const std::vector<WorkerRecord>&) override { ended.push_back(attempt); }
-  void on_restart(int next, int) override { restarts.push_back(next); }
+  void on_restart(int next) override { restarts.push_back(next); }
   std::vector<int> attempts, first_failures, ended, restarts;
 };
 
 class SupervisorTest : public ::testing::Test {
  protected:
   Supervisor make(int nproc, int max_restarts = 0) {
+    arbiter = std::make_unique<LocalArbiter>(max_restarts);
     SupervisorConfig config;
-    config.max_restarts = max_restarts;
     config.shutdown_grace = 5s;
     config.plan_attempt = [nproc](int attempt) {
       std::vector<WorkerSpec> specs;
@@ -31,13 +33,14 @@ class SupervisorTest : public ::testing::Test {
       }
       return specs;
     };
-    return Supervisor(std::move(config), spawner, clock, listener);
+    return Supervisor(std::move(config), spawner, clock, listener, *arbiter);
   }
   pid_t pid_of(const Supervisor& s, int rank) const { return s.workers().at(static_cast<size_t>(rank)).pid; }
 
   testing::FakeSpawner spawner;
   FakeClock clock;
   RecordingListener listener;
+  std::unique_ptr<LocalArbiter> arbiter;
 };
 
 TEST_F(SupervisorTest, AllWorkersSucceedingEndsWithZero) {
@@ -181,7 +184,8 @@ TEST_F(SupervisorTest, ForkFailureCountsAsThatRankFailing) {
   config.plan_attempt = [](int) {
     return std::vector<WorkerSpec>{{0, 0, {{"w"}, {}}}, {1, 1, {{"w"}, {}}}, {2, 2, {{"w"}, {}}}};
   };
-  Supervisor s(std::move(config), spawner, clock, failing);
+  LocalArbiter no_restarts(0);
+  Supervisor s(std::move(config), spawner, clock, failing, no_restarts);
   s.start();
   ASSERT_EQ(s.workers().size(), 2u);
   EXPECT_EQ(s.root_cause()->rank, 1);
@@ -189,6 +193,41 @@ TEST_F(SupervisorTest, ForkFailureCountsAsThatRankFailing) {
   s.on_child_exit(pid_of(s, 0), ExitStatus::killed(SIGTERM));
   ASSERT_TRUE(s.finished());
   EXPECT_EQ(s.exit_code(), 127);
+}
+
+TEST_F(SupervisorTest, StopAttemptTearsDownWithoutARootCauseAndAsksTheArbiter) {
+  struct Recording final : AttemptArbiter {
+    Verdict conclude(const AttemptSummary& s) override {
+      seen.push_back(s);
+      return {false, 9};
+    }
+    std::vector<AttemptSummary> seen;
+  } recording;
+  SupervisorConfig config;
+  config.plan_attempt = [](int) { return std::vector<WorkerSpec>{{0, 0, {{"w"}, {}}}, {1, 1, {{"w"}, {}}}}; };
+  Supervisor s(std::move(config), spawner, clock, listener, recording);
+  s.start();
+  s.stop_attempt();
+  EXPECT_EQ(spawner.signals_to(pid_of(s, 0)), std::vector<int>{SIGTERM});
+  s.on_child_exit(pid_of(s, 0), ExitStatus::killed(SIGTERM));
+  s.on_child_exit(pid_of(s, 1), ExitStatus::killed(SIGTERM));
+  ASSERT_TRUE(s.finished());
+  ASSERT_EQ(recording.seen.size(), 1u);
+  EXPECT_TRUE(recording.seen[0].stop_requested);
+  EXPECT_EQ(recording.seen[0].root_cause, nullptr);
+  EXPECT_TRUE(listener.first_failures.empty());
+  EXPECT_EQ(s.exit_code(), 9);
+}
+
+TEST_F(SupervisorTest, PlanErrorFinishesWithItsCodeWithoutSpawning) {
+  SupervisorConfig config;
+  config.plan_attempt = [](int) -> std::vector<WorkerSpec> { throw PlanError(125, "rendezvous timed out"); };
+  LocalArbiter arbiter0(0);
+  Supervisor s(std::move(config), spawner, clock, listener, arbiter0);
+  s.start();
+  EXPECT_TRUE(s.finished());
+  EXPECT_EQ(s.exit_code(), 125);
+  EXPECT_TRUE(spawner.spawned.empty());
 }
 
 TEST_F(SupervisorTest, NoDeadlineWhileAllIsWell) {

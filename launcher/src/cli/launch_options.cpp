@@ -46,8 +46,19 @@ std::optional<LaunchOptions> parse_launch_options(int argc, const char* const* a
   app.set_version_flag("--version", "ddplaunch 0.1.0");
 
   add(app, "nproc-per-node", o.nproc_per_node, "workers on this node: N, gpu, cpu or auto")->capture_default_str();
-  add(app, "nnodes", o.nnodes, "number of nodes (this version: 1)")->capture_default_str();
-  add(app, "node-rank", o.node_rank, "rank of this node (this version: 0)")->capture_default_str();
+  // Topology flags read no PET_* default here: detect_topology() does, so
+  // that it can say where each value came from.
+  app.add_option(spellings("nnodes"), o.nnodes, "number of nodes, N or MIN:MAX (default: detected, else 1)");
+  app.add_option(spellings("node-rank"), o.node_rank, "rank of this node (default: detected or assigned)")
+      ->check(CLI::NonNegativeNumber);
+  app.add_option(spellings("rdzv-endpoint"), o.rdzv_endpoint, "HOST[:PORT] of the coordinator (node 0's agent)");
+  add(app, "rdzv-conf", o.rdzv_conf, "join_timeout=S,node_timeout=S,heartbeat_interval=S");
+  app.add_option("--rdzv-backend,--rdzv_backend", "accepted for torchrun command lines; ddplaunch's own is used");
+  app.add_option("--token", o.token, "job secret shared by every node (default: $DDPLAUNCH_TOKEN, else random)");
+  add(app, "local-addr", o.local_addr, "address other nodes reach this node at");
+  app.add_option("--tls-cert", o.tls_cert, "PEM certificate: serve and connect over TLS");
+  app.add_option("--tls-key", o.tls_key, "PEM private key of --tls-cert");
+  app.add_option("--tls-ca", o.tls_ca, "PEM CA that peers' certificates must be signed by");
   add_flag(app, "--standalone", o.standalone, "PET_STANDALONE", "single-node job on loopback with a free port");
   add(app, "master-addr", o.master_addr, "address workers use for MASTER_ADDR")->capture_default_str();
   add(app, "master-port", o.master_port, "MASTER_PORT; 0 picks a free port")->check(CLI::Range(0, 65535));
@@ -55,7 +66,7 @@ std::optional<LaunchOptions> parse_launch_options(int argc, const char* const* a
       ->check(CLI::NonNegativeNumber)
       ->capture_default_str();
   add(app, "log-dir", o.log_dir, "where per-rank logs and failure reports go (default ${TMPDIR:-/tmp}/ddplaunch-logs)");
-  add(app, "rdzv-id", o.run_id, "job id (TORCHELASTIC_RUN_ID); generated when not given");
+  app.add_option(spellings("rdzv-id"), o.run_id, "job id (TORCHELASTIC_RUN_ID); default: detected, else generated");
   add(app, "tee", o.tee, "streams also copied to the console: 0 none, 1 stdout, 2 stderr, 3 both, or 0:1,1:2")
       ->capture_default_str();
   add(app, "redirects", o.redirects, "streams sent to log files only: 0 none, 1 stdout, 2 stderr, 3 both, or 0:1,1:2")

@@ -12,8 +12,13 @@ namespace ddp {
 
 struct LaunchOptions {
   std::string nproc_per_node = "1";  // N | gpu | cpu | auto
-  std::string nnodes = "1";
-  int node_rank = 0;
+  std::string nnodes;    // N or MIN:MAX; empty: detected (PET_NNODES, Slurm, ...)
+  int node_rank = -1;    // -1: detected, or assigned by the coordinator
+  std::string rdzv_endpoint;  // HOST[:PORT] of the coordinator; empty: detected
+  std::string rdzv_conf;      // key=value,... (join_timeout, node_timeout, heartbeat_interval)
+  std::string token;          // job secret; empty: DDPLAUNCH_TOKEN, else generated
+  std::string local_addr;     // address other nodes reach this one at; empty: as the coordinator sees it
+  std::string tls_cert, tls_key, tls_ca;
   bool standalone = false;
   std::string master_addr = "127.0.0.1";
   int master_port = 0;  // 0: pick a free port

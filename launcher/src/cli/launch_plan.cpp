@@ -5,9 +5,11 @@
 
 #include <cstdlib>
 #include <random>
+#include <sstream>
 
 #include "cli/host_resources.h"
 #include "cli/ports.h"
+#include "cli/scheduler_detect.h"
 #include "cli/program_command.h"
 #include "cli/usage_error.h"
 
@@ -32,8 +34,8 @@ std::pair<int, std::string> resolve_nproc(const std::string& spec, const GetEnv&
   return {n, "--nproc-per-node"};
 }
 
+// torchrun takes N or MIN:MAX; elastic ranges are not supported, so MIN must equal MAX.
 int resolve_nnodes(const std::string& spec) {
-  // torchrun takes N or MIN:MAX; elastic ranges arrive with multi-node support.
   const auto colon = spec.find(':');
   int min = 0;
   int max = 0;
@@ -45,8 +47,72 @@ int resolve_nnodes(const std::string& spec) {
     ok = parse_int(spec.substr(0, colon), min) && parse_int(spec.substr(colon + 1), max);
   }
   if (!ok || min == 0 || max < min) throw UsageError(fmt::format("--nnodes must be N or MIN:MAX; got '{}'", spec));
-  if (max != 1) throw UsageError(fmt::format("--nnodes={}: this ddplaunch runs single-node jobs only", spec));
-  return 1;
+  if (min != max) throw UsageError(fmt::format("--nnodes={}: elastic ranges are not supported; give one number", spec));
+  return min;
+}
+
+Duration seconds_value(const std::string& key, const std::string& value) {
+  char* end = nullptr;
+  const double s = std::strtod(value.c_str(), &end);
+  if (value.empty() || *end != '\0' || !(s > 0)) {
+    throw UsageError(fmt::format("--rdzv-conf {}={}: not a positive number of seconds", key, value));
+  }
+  return std::chrono::duration_cast<Duration>(std::chrono::duration<double>(s));
+}
+
+// key=value,... in torchrun's format. Keys only torchrun uses are accepted and
+// ignored so its command lines keep working; anything else is a typo.
+void apply_rdzv_conf(const std::string& conf, LaunchPlan& plan) {
+  std::stringstream items(conf);
+  for (std::string item; std::getline(items, item, ',');) {
+    if (item.empty()) continue;
+    const auto eq = item.find('=');
+    if (eq == std::string::npos) throw UsageError(fmt::format("--rdzv-conf: '{}' is not key=value", item));
+    const std::string key = item.substr(0, eq);
+    const std::string value = item.substr(eq + 1);
+    if (key == "join_timeout" || key == "timeout") {
+      plan.join_timeout = seconds_value(key, value);
+    } else if (key == "node_timeout") {
+      plan.node_timeout = seconds_value(key, value);
+    } else if (key == "heartbeat_interval") {
+      plan.agent_heartbeat_interval = seconds_value(key, value);
+    } else if (key != "last_call_timeout" && key != "close_timeout" && key != "read_timeout" && key != "is_host" &&
+               key != "keep_alive_interval" && key != "keep_alive_max_attempt") {
+      throw UsageError(fmt::format(
+          "--rdzv-conf: unknown key '{}' (known: join_timeout, node_timeout, heartbeat_interval)", key));
+    }
+  }
+}
+
+std::string random_hex(size_t bytes) {
+  std::random_device rd;
+  std::string out;
+  for (size_t i = 0; i < bytes; ++i) out += fmt::format("{:02x}", rd() & 0xff);
+  return out;
+}
+
+void resolve_topology(const LaunchOptions& o, const GetEnv& getenv, LaunchPlan& plan) {
+  TopologyFlags flags;
+  if (!o.nnodes.empty()) flags.nnodes = resolve_nnodes(o.nnodes);
+  if (o.node_rank >= 0) flags.node_rank = o.node_rank;
+  if (!o.rdzv_endpoint.empty()) flags.rdzv_endpoint = o.rdzv_endpoint;
+  if (!o.run_id.empty()) flags.rdzv_id = o.run_id;
+  const DetectedTopology topo = detect_topology(flags, getenv);
+  require_complete_topology(topo);
+  plan.topology_source = topo.source;
+  plan.topology_notes = topo.notes;
+  plan.nnodes = topo.nnodes.value_or(1);
+  plan.node_rank = topo.node_rank.value_or(plan.nnodes == 1 ? 0 : -1);
+  if (topo.job_id) plan.job_id = *topo.job_id;
+  if (plan.nnodes == 1) return;  // the coordinator stays on loopback
+
+  plan.rdzv_host = *topo.rdzv_host;
+  plan.rdzv_port = *topo.rdzv_port;
+  // Node 0 hosts the coordinator. Without a node rank, the agent that can
+  // bind the endpoint (its host is this machine, its port still free) does.
+  plan.host_coordinator =
+      plan.node_rank == 0 || (plan.node_rank < 0 && can_bind(plan.rdzv_host, plan.rdzv_port));
+  if (plan.node_rank == 0) ensure_port_free(plan.rdzv_host == "localhost" ? "127.0.0.1" : "0.0.0.0", plan.rdzv_port);
 }
 
 std::string generate_job_id() {
@@ -66,8 +132,13 @@ GetEnv process_getenv() {
 LaunchPlan resolve_launch_plan(const LaunchOptions& o, const GetEnv& getenv) {
   LaunchPlan plan;
   std::tie(plan.nproc, plan.nproc_reason) = resolve_nproc(o.nproc_per_node, getenv);
-  plan.nnodes = resolve_nnodes(o.nnodes);
-  if (o.node_rank != 0) throw UsageError(fmt::format("--node-rank={} but the job has a single node", o.node_rank));
+  resolve_topology(o, getenv, plan);
+  apply_rdzv_conf(o.rdzv_conf, plan);
+  plan.tls_cert = o.tls_cert;
+  plan.tls_key = o.tls_key;
+  plan.tls_ca = o.tls_ca;
+  if (plan.tls_cert.empty() != plan.tls_key.empty()) throw UsageError("--tls-cert and --tls-key go together");
+  plan.local_addr = o.local_addr;
 
   plan.argv = resolve_command({o.command, o.module, o.no_python, getenv("PYTHON_EXEC"), getenv("PATH")});
 
@@ -82,14 +153,24 @@ LaunchPlan resolve_launch_plan(const LaunchOptions& o, const GetEnv& getenv) {
 
   // --standalone: everything on loopback with a port of our choosing.
   plan.master_addr = o.standalone ? "127.0.0.1" : o.master_addr;
+  // Multi-node: node 0's workers listen on MASTER_PORT on every interface.
+  const std::string port_host = plan.nnodes > 1 ? "0.0.0.0" : plan.master_addr;
   if (o.standalone || o.master_port == 0) {
-    plan.master_port = pick_free_port(plan.master_addr);
+    plan.master_port = pick_free_port(port_host);
   } else {
-    ensure_port_free(plan.master_addr, o.master_port);
+    ensure_port_free(port_host, o.master_port);
     plan.master_port = o.master_port;
   }
 
-  plan.job_id = o.run_id.empty() ? generate_job_id() : o.run_id;
+  if (plan.job_id.empty()) plan.job_id = generate_job_id();
+  plan.token = !o.token.empty() ? o.token : getenv("DDPLAUNCH_TOKEN").value_or("");
+  if (plan.token.empty()) {
+    // Single node: a fresh secret nobody else needs. Multi-node: every agent
+    // must present the same one, which only the user can arrange; fall back
+    // to the job id so torchrun command lines still run, and say so.
+    plan.token_generated = true;
+    plan.token = plan.nnodes == 1 ? random_hex(16) : plan.job_id;
+  }
   if (plan.job_id.find('/') != std::string::npos || plan.job_id == "." || plan.job_id == "..") {
     throw UsageError(fmt::format("--rdzv-id '{}' cannot be used as a directory name", plan.job_id));
   }

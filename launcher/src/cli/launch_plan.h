@@ -18,8 +18,22 @@ namespace ddp {
 struct LaunchPlan {
   int nproc = 1;
   std::string nproc_reason;  // how nproc was chosen, for the start-up line
-  int node_rank = 0;
+  int node_rank = -1;        // -1: the coordinator assigns it
   int nnodes = 1;
+  std::string topology_source;  // "single node", "slurm", ...
+  std::vector<std::string> topology_notes;
+  // The coordinator: single-node jobs host it on loopback with a free port;
+  // multi-node jobs meet at rdzv_host:rdzv_port, hosted by node 0's agent.
+  bool host_coordinator = true;
+  std::string rdzv_host = "127.0.0.1";
+  int rdzv_port = 0;
+  std::string token;
+  bool token_generated = false;
+  std::string tls_cert, tls_key, tls_ca;
+  std::string local_addr;
+  Duration join_timeout = std::chrono::seconds(600);
+  Duration node_timeout = std::chrono::seconds(15);
+  Duration agent_heartbeat_interval = std::chrono::seconds(5);
   std::string master_addr;
   int master_port = 0;
   int max_restarts = 0;

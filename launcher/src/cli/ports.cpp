@@ -57,6 +57,14 @@ int pick_free_port(const std::string& host) {
   return port;
 }
 
+bool can_bind(const std::string& host, int port) {
+  try {
+    return try_bind(host, port) >= 0;
+  } catch (const UsageError&) {
+    return false;  // does not resolve: not us
+  }
+}
+
 void ensure_port_free(const std::string& host, int port) {
   const int rc = try_bind(host, port);
   if (rc < 0) throw UsageError(fmt::format("cannot use {}:{} as MASTER_PORT: {}", host, port, std::strerror(-rc)));

@@ -10,6 +10,9 @@ namespace ddp {
 /// Throws UsageError when host does not resolve to a local address.
 int pick_free_port(const std::string& host);
 
+/// Whether host:port can be bound here now (host is local and the port free).
+bool can_bind(const std::string& host, int port);
+
 /// Throws UsageError naming host and port when the port cannot be bound.
 void ensure_port_free(const std::string& host, int port);
 

@@ -53,6 +53,12 @@ void EventLoop::watch_output(int pipe_fd) {
   }
 }
 
+void EventLoop::watch_wakeup(int fd, std::function<void(Supervisor&)> handler) {
+  wakeup_fd_ = fd;
+  wakeup_handler_ = std::move(handler);
+  watch_output(fd);
+}
+
 int EventLoop::run(Supervisor& supervisor) {
   supervisor.start();
   epoll_event events[64];
@@ -63,6 +69,8 @@ int EventLoop::run(Supervisor& supervisor) {
       const int fd = events[i].data.fd;
       if (fd == signal_fd_) {
         read_signals(supervisor);
+      } else if (fd == wakeup_fd_) {
+        wakeup_handler_(supervisor);
       } else {
         // A pipe at end of stream is closed by the router, which also takes
         // it out of the epoll set.

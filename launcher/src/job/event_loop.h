@@ -7,6 +7,8 @@
 // Ownership: owns its epoll and signalfd descriptors; watches (does not own)
 // the output pipes, which the OutputRouter owns. Threading: single thread.
 
+#include <functional>
+
 #include "ddp/common/clock.h"
 #include "output/output_router.h"
 #include "supervise/supervisor.h"
@@ -27,6 +29,9 @@ class EventLoop {
 
   /// Starts reading a worker's output pipe.
   void watch_output(int pipe_fd);
+  /// Calls handler when fd becomes readable (an eventfd other threads use to
+  /// wake the loop); the handler must consume what made it readable.
+  void watch_wakeup(int fd, std::function<void(Supervisor&)> handler);
   /// Starts the supervisor and runs until it has finished; returns its exit code.
   int run(Supervisor& supervisor);
 
@@ -38,6 +43,8 @@ class EventLoop {
   OutputRouter& router_;
   const Clock& clock_;
   int epoll_fd_ = -1;
+  int wakeup_fd_ = -1;
+  std::function<void(Supervisor&)> wakeup_handler_;
   int signal_fd_ = -1;
 };
 

@@ -1,6 +1,7 @@
 #include "job/launch_job.h"
 
 #include <fcntl.h>
+#include <sys/eventfd.h>
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 #include <unistd.h>
@@ -8,7 +9,11 @@
 #include <algorithm>
 #include <csignal>
 #include <fstream>
+#include <system_error>
 
+#include "agent/agent_session.h"
+#include "agent/local_agent_service.h"
+#include "coordinator/coordinator_server.h"
 #include "job/event_loop.h"
 #include "job/worker_env.h"
 #include "output/output_router.h"
@@ -33,27 +38,31 @@ int open_log(const fs::path& path) {
   return open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_APPEND, 0644);
 }
 
-std::vector<WorkerSpec> plan_workers(const LaunchPlan& plan, const std::vector<std::string>& base_env, int attempt) {
+std::vector<WorkerSpec> plan_workers(const LaunchPlan& plan, const Assignment& layout,
+                                     const std::vector<std::string>& base_env, const std::string& agent_socket,
+                                     int attempt) {
   std::vector<WorkerSpec> specs;
   for (int local_rank = 0; local_rank < plan.nproc; ++local_rank) {
-    const int rank = plan.node_rank * plan.nproc + local_rank;
+    const int rank = layout.rank_start + local_rank;
     const fs::path dir = rank_dir(plan, attempt, rank);
     fs::create_directories(dir);
     WorkerIdentity id;
     id.rank = rank;
     id.local_rank = local_rank;
-    id.world_size = plan.nnodes * plan.nproc;
+    id.world_size = layout.world_size;
     id.local_world_size = plan.nproc;
-    id.group_rank = plan.node_rank;
-    id.group_world_size = plan.nnodes;
+    id.group_rank = layout.node_rank;
+    id.group_world_size = layout.nnodes;
     id.role = plan.role;
-    id.master_addr = plan.master_addr;
-    id.master_port = plan.master_port;
+    id.master_addr = layout.master_addr;
+    id.master_port = layout.master_port;
     id.restart_count = attempt;
     id.max_restarts = plan.max_restarts;
     id.job_id = plan.job_id;
     id.error_file = (dir / "error.json").string();
     id.rank_log_dir = dir.string();
+    id.agent_socket = agent_socket;
+    id.token = plan.token;
     specs.push_back({local_rank, rank, {plan.argv, build_worker_env(base_env, id)}});
   }
   return specs;
@@ -104,9 +113,8 @@ class JobListener final : public SupervisorListener {
     spdlog::error("job {} attempt {} failed; report: {}", plan_.job_id, attempt, path.string());
   }
 
-  void on_restart(int next_attempt, int restarts_left) override {
-    spdlog::warn("restarting the group as attempt {} ({} restart(s) left after this one)", next_attempt,
-                 restarts_left);
+  void on_restart(int next_attempt) override {
+    spdlog::warn("restarting the job as attempt {} of at most {}", next_attempt, plan_.max_restarts);
   }
 
  private:
@@ -129,21 +137,76 @@ class JobListener final : public SupervisorListener {
 
 int run_launch(const LaunchPlan& plan, OrphanSentinel* sentinel) {
   const std::vector<std::string> base_env = current_environment();
-  spdlog::info("job {}: {} worker(s) ({}), MASTER_ADDR={} MASTER_PORT={}, logs in {}", plan.job_id, plan.nproc,
-               plan.nproc_reason, plan.master_addr, plan.master_port, plan.job_log_dir.string());
+  const TlsFiles tls{plan.tls_cert, plan.tls_key, plan.tls_ca};
+  spdlog::info("job {}: {} node(s) ({}), {} worker(s) here ({}), logs in {}", plan.job_id, plan.nnodes,
+               plan.topology_source, plan.nproc, plan.nproc_reason, plan.job_log_dir.string());
+  for (const auto& note : plan.topology_notes) spdlog::info("  {}", note);
+  if (plan.token_generated && plan.nnodes > 1) {
+    spdlog::warn("no --token or DDPLAUNCH_TOKEN: the job id serves as the token, so anyone who knows it can join");
+  }
 
-  OutputRouter router(plan.node_rank, STDOUT_FILENO, STDERR_FILENO);
+  // Node 0 (and every single-node job) hosts the coordinator.
+  std::unique_ptr<CoordinatorServer> coordinator;
+  std::string endpoint = fmt::format("{}:{}", plan.rdzv_host, plan.rdzv_port);
+  if (plan.host_coordinator) {
+    // Single-node jobs stay on loopback; multi-node listening is explicit.
+    const std::string listen_host = plan.nnodes == 1 ? "127.0.0.1" : "0.0.0.0";
+    CoordinatorOptions options;
+    options.node_timeout = plan.node_timeout;
+    coordinator = std::make_unique<CoordinatorServer>(ServerAddress{listen_host, plan.rdzv_port}, tls, options);
+    coordinator->coordinator().create_job(plan.job_id, plan.token, {plan.nnodes, plan.nproc, plan.max_restarts});
+    if (plan.nnodes == 1) endpoint = fmt::format("127.0.0.1:{}", coordinator->port());
+    spdlog::info("coordinator listening on {}:{} (NCCL IDs: {})", listen_host, coordinator->port(),
+                 coordinator->coordinator().ids().describe());
+  }
+
+  const int wakeup_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+  if (wakeup_fd < 0) throw std::system_error(errno, std::generic_category(), "eventfd");
+  AgentSettings settings;
+  settings.endpoint = endpoint;
+  settings.job_id = plan.job_id;
+  settings.token = plan.token;
+  settings.tls = tls;
+  settings.nnodes = plan.nnodes;
+  settings.node_rank = plan.node_rank;
+  settings.nproc = plan.nproc;
+  // Single node: MASTER_ADDR is what the user asked for (default 127.0.0.1).
+  settings.host = plan.nnodes == 1 ? plan.master_addr : plan.local_addr;
+  settings.master_port = plan.master_port;
+  settings.max_restarts = plan.max_restarts;
+  settings.join_timeout = plan.join_timeout;
+  settings.heartbeat_interval = plan.agent_heartbeat_interval;
+  settings.coordinator_timeout = plan.node_timeout;
+  AgentSession session(settings, wakeup_fd);
+
+  const std::string socket_path = fmt::format("{}/{}.sock", agent_socket_dir(), getpid());
+  LocalAgentServer local(socket_path, session.client(), plan.job_id, plan.token);
+
+  OutputRouter router(std::max(plan.node_rank, 0), STDOUT_FILENO, STDERR_FILENO);
   EventLoop loop(router, SystemClock::instance());
   JobListener listener(plan, router, loop);
   PosixSpawner spawner(sentinel);
   SupervisorConfig config;
-  config.max_restarts = plan.max_restarts;
   config.shutdown_grace = plan.shutdown_grace;
-  config.plan_attempt = [&](int attempt) { return plan_workers(plan, base_env, attempt); };
-  Supervisor supervisor(std::move(config), spawner, SystemClock::instance(), listener);
+  config.plan_attempt = [&](int attempt) {
+    const Assignment layout = session.join(attempt);
+    router.set_node_rank(layout.node_rank);
+    local.set_layout({layout, plan.nproc});
+    return plan_workers(plan, layout, base_env, socket_path, attempt);
+  };
+  Supervisor supervisor(std::move(config), spawner, SystemClock::instance(), listener, session);
+  loop.watch_wakeup(wakeup_fd, [&](Supervisor& s) {
+    uint64_t count = 0;
+    [[maybe_unused]] ssize_t n = read(wakeup_fd, &count, sizeof count);
+    if (session.stop_requested()) {
+      spdlog::error("stopping this node's workers: {}", session.stop_reason());
+      s.stop_attempt();
+    }
+  });
 
   const int code = loop.run(supervisor);
-  if (code == 0) spdlog::info("job {}: all {} worker(s) succeeded", plan.job_id, plan.nproc);
+  close(wakeup_fd);
+  if (code == 0) spdlog::info("job {}: all worker(s) succeeded", plan.job_id);
   return code;
 }
 

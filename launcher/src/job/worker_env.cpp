@@ -30,6 +30,10 @@ std::vector<std::string> build_worker_env(const std::vector<std::string>& base, 
       {"DDPLAUNCH_JOB_ID", id.job_id},
       {"DDPLAUNCH_ATTEMPT", std::to_string(id.restart_count)},
       {"DDPLAUNCH_RANK_LOG_DIR", id.rank_log_dir},
+      {"DDPLAUNCH_AGENT_SOCKET", id.agent_socket},
+      {"DDPLAUNCH_TOKEN", id.token},
+      {"DDPLAUNCH_NODE_RANK", std::to_string(id.group_rank)},
+      {"DDPLAUNCH_NNODES", std::to_string(id.group_world_size)},
   };
 
   std::vector<std::string> env;

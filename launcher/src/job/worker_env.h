@@ -23,6 +23,8 @@ struct WorkerIdentity {
   std::string job_id;
   std::string error_file;    // TORCHELASTIC_ERROR_FILE
   std::string rank_log_dir;  // DDPLAUNCH_RANK_LOG_DIR
+  std::string agent_socket;  // DDPLAUNCH_AGENT_SOCKET: the local agent service
+  std::string token;         // DDPLAUNCH_TOKEN: proves the worker belongs to the job
 };
 
 /// base: the launcher's environment as "NAME=value" entries. The result keeps

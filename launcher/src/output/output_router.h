@@ -46,6 +46,8 @@ class OutputRouter {
   void close_all();
   /// The last lines this local rank wrote to stderr in the current attempt.
   std::vector<std::string> stderr_tail(int local_rank) const;
+  /// The node rank shown in "[node:rank]" (known once the node has joined).
+  void set_node_rank(int node_rank) { node_rank_ = node_rank; }
   /// Forgets the tails (a new attempt starts).
   void reset_tails() { tails_.clear(); }
 

@@ -19,9 +19,16 @@ const char* to_string(WorkerState state) {
   return "unknown";
 }
 
+Verdict LocalArbiter::conclude(const AttemptSummary& s) {
+  if (s.stop_signal != 0) return {false, exit_code::for_signal(s.stop_signal)};
+  if (s.root_cause == nullptr) return {false, exit_code::kSuccess};
+  if (s.attempt < max_restarts_) return {true, 0};
+  return {false, s.root_cause->exit->shell_code()};
+}
+
 Supervisor::Supervisor(SupervisorConfig config, ProcessSpawner& spawner, const Clock& clock,
-                       SupervisorListener& listener)
-    : config_(std::move(config)), spawner_(spawner), clock_(clock), listener_(listener) {}
+                       SupervisorListener& listener, AttemptArbiter& arbiter)
+    : config_(std::move(config)), spawner_(spawner), clock_(clock), listener_(listener), arbiter_(arbiter) {}
 
 void Supervisor::start() { start_attempt(); }
 
@@ -29,10 +36,19 @@ void Supervisor::start_attempt() {
   workers_.clear();
   root_cause_.reset();
   tearing_down_ = false;
+  stop_requested_ = false;
   kill_deadline_.reset();
-  listener_.on_attempt_started(attempt_);
 
-  for (WorkerSpec& spec : config_.plan_attempt(attempt_)) {
+  std::vector<WorkerSpec> specs;
+  try {
+    specs = config_.plan_attempt(attempt_);
+  } catch (const PlanError& e) {
+    exit_code_ = e.exit_code;
+    finished_ = true;
+    return;
+  }
+  listener_.on_attempt_started(attempt_);
+  for (WorkerSpec& spec : specs) {
     WorkerRecord record;
     record.local_rank = spec.local_rank;
     record.rank = spec.rank;
@@ -94,6 +110,13 @@ void Supervisor::on_signal(int signo) {
   finish_attempt_if_done();
 }
 
+void Supervisor::stop_attempt() {
+  if (finished_ || tearing_down_) return;
+  stop_requested_ = true;
+  begin_teardown();
+  finish_attempt_if_done();
+}
+
 void Supervisor::on_tick() {
   if (kill_deadline_ && clock_.now() >= *kill_deadline_) {
     signal_running(SIGKILL);
@@ -130,20 +153,19 @@ void Supervisor::finish_attempt_if_done() {
   kill_deadline_.reset();
   listener_.on_attempt_ended(attempt_, workers_);
 
-  if (stop_signal_ != 0) {
-    exit_code_ = exit_code::for_signal(stop_signal_);
-  } else if (root_cause_) {
-    const int restarts_used = attempt_;
-    if (restarts_used < config_.max_restarts) {
-      ++attempt_;
-      listener_.on_restart(attempt_, config_.max_restarts - attempt_);
-      start_attempt();
-      return;
-    }
-    exit_code_ = workers_[*root_cause_].exit->shell_code();
-  } else {
-    exit_code_ = exit_code::kSuccess;
+  AttemptSummary summary;
+  summary.attempt = attempt_;
+  summary.root_cause = root_cause();
+  summary.stop_signal = stop_signal_;
+  summary.stop_requested = stop_requested_;
+  const Verdict verdict = arbiter_.conclude(summary);
+  if (verdict.restart && stop_signal_ == 0) {
+    ++attempt_;
+    listener_.on_restart(attempt_);
+    start_attempt();
+    return;
   }
+  exit_code_ = verdict.exit_code;
   finished_ = true;
 }
 

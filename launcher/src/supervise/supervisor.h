@@ -12,6 +12,7 @@
 
 #include <functional>
 #include <optional>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -56,20 +57,59 @@ class SupervisorListener {
   virtual void on_first_failure(int /*attempt*/, const WorkerRecord&) {}
   /// The attempt's group has fully ended; failed() tells how.
   virtual void on_attempt_ended(int /*attempt*/, const std::vector<WorkerRecord>&) {}
-  virtual void on_restart(int /*next_attempt*/, int /*restarts_left*/) {}
+  virtual void on_restart(int /*next_attempt*/) {}
+};
+
+/// How an attempt ended, for the arbiter.
+struct AttemptSummary {
+  int attempt = 0;
+  const WorkerRecord* root_cause = nullptr;  // the first local failure, if any
+  int stop_signal = 0;                       // a signal ddplaunch received, if any
+  bool stop_requested = false;               // stop_attempt() ended it (a failure elsewhere)
+};
+
+struct Verdict {
+  bool restart = false;
+  int exit_code = 0;  // when not restarting
+};
+
+/// Decides what follows an ended attempt: a restart, or ddplaunch's exit
+/// code. May block (a multi-node agent asks the coordinator).
+class AttemptArbiter {
+ public:
+  virtual ~AttemptArbiter() = default;
+  virtual Verdict conclude(const AttemptSummary& summary) = 0;
+};
+
+/// The single-process decision: restart after a local failure while
+/// max_restarts lasts; a signal ends the job with 128+N.
+class LocalArbiter final : public AttemptArbiter {
+ public:
+  explicit LocalArbiter(int max_restarts) : max_restarts_(max_restarts) {}
+  Verdict conclude(const AttemptSummary& summary) override;
+
+ private:
+  int max_restarts_;
+};
+
+/// Thrown by plan_attempt when an attempt cannot start (e.g. rendezvous
+/// failed); the supervisor then finishes with exit_code.
+struct PlanError : std::runtime_error {
+  PlanError(int code, const std::string& message) : std::runtime_error(message), exit_code(code) {}
+  int exit_code;
 };
 
 struct SupervisorConfig {
-  int max_restarts = 0;
   Duration shutdown_grace = std::chrono::seconds(5);
-  /// Builds the workers of an attempt (the attempt number shows in their env).
+  /// Builds the workers of an attempt (the attempt number shows in their
+  /// env). May block, and may throw PlanError.
   std::function<std::vector<WorkerSpec>(int attempt)> plan_attempt;
 };
 
 class Supervisor {
  public:
-  Supervisor(SupervisorConfig config, ProcessSpawner& spawner, const Clock& clock,
-             SupervisorListener& listener);
+  Supervisor(SupervisorConfig config, ProcessSpawner& spawner, const Clock& clock, SupervisorListener& listener,
+             AttemptArbiter& arbiter);
 
   /// Starts attempt 0.
   void start();
@@ -77,6 +117,9 @@ class Supervisor {
   void on_child_exit(pid_t pid, ExitStatus status);
   /// ddplaunch received signo: stop the job (a second signal forces SIGKILL).
   void on_signal(int signo);
+  /// Tears the attempt down without a local failure (the job failed
+  /// elsewhere); the arbiter then decides what follows.
+  void stop_attempt();
   /// Lets deadlines fire (SIGKILL after the grace period). Call after waking.
   void on_tick();
   /// When on_tick() next has something to do; nullopt when nothing is pending.
@@ -102,6 +145,7 @@ class Supervisor {
   ProcessSpawner& spawner_;
   const Clock& clock_;
   SupervisorListener& listener_;
+  AttemptArbiter& arbiter_;
 
   int attempt_ = 0;
   std::vector<WorkerRecord> workers_;
@@ -109,6 +153,7 @@ class Supervisor {
   bool tearing_down_ = false;
   std::optional<SteadyTime> kill_deadline_;
   int stop_signal_ = 0;                  // signal that asked ddplaunch to stop
+  bool stop_requested_ = false;          // stop_attempt() was called this attempt
   bool finished_ = false;
   int exit_code_ = 0;
 };

@@ -1,0 +1,211 @@
+#include "agent/agent_session.h"
+
+#include <fmt/format.h>
+#include <signal.h>
+#include <spdlog/spdlog.h>
+#include <unistd.h>
+
+#include "exit_codes.h"
+#include "report/failure_report.h"
+
+namespace ddp {
+namespace {
+
+using namespace std::chrono_literals;
+
+// A signal for ddplaunch waiting in the signalfd (blocked, so still pending).
+int pending_stop_signal() {
+  sigset_t pending;
+  sigpending(&pending);
+  for (int s : {SIGINT, SIGTERM, SIGHUP}) {
+    if (sigismember(&pending, s)) return s;
+  }
+  return 0;
+}
+
+// Sleeps in small steps so a stopping thread is joined quickly.
+void sleep_unless(const std::atomic<bool>& stop, Duration d) {
+  const auto until = std::chrono::steady_clock::now() + d;
+  while (!stop.load() && std::chrono::steady_clock::now() < until) std::this_thread::sleep_for(20ms);
+}
+
+}  // namespace
+
+AgentSession::AgentSession(AgentSettings settings, int wakeup_fd)
+    : settings_(std::move(settings)),
+      wakeup_fd_(wakeup_fd),
+      client_(settings_.endpoint, settings_.job_id, settings_.token, settings_.tls) {}
+
+AgentSession::~AgentSession() { stop_threads(); }
+
+Assignment AgentSession::join(int64_t generation) {
+  stop_threads();
+  stop_requested_ = false;
+  JoinParams p;
+  p.host = settings_.host;
+  p.nproc = settings_.nproc;
+  // A restart keeps the rank this node had; the coordinator also remembers hosts.
+  p.node_rank = generation == 0 ? settings_.node_rank : assignment_.node_rank;
+  p.nnodes = settings_.nnodes;
+  p.generation = generation;
+  p.master_port = settings_.master_port;
+  spdlog::info("joining job {} generation {} at {} ({} node(s))", settings_.job_id, generation, settings_.endpoint,
+               settings_.nnodes);
+  JoinResult result;
+  if (Status s = client_.join(p, settings_.max_restarts, settings_.join_timeout, result); !s.ok()) {
+    throw PlanError(exit_code::kRendezvous, fmt::format("rendezvous failed: {}", s.message()));
+  }
+  assignment_ = result.assignment;
+  spdlog::info("joined as node {} of {}: ranks {}..{} of {}, MASTER_ADDR={} MASTER_PORT={}", assignment_.node_rank,
+               assignment_.nnodes, assignment_.rank_start, assignment_.rank_start + settings_.nproc - 1,
+               assignment_.world_size, assignment_.master_addr, assignment_.master_port);
+  start_threads(generation);
+  return assignment_;
+}
+
+std::string AgentSession::stop_reason() const {
+  std::lock_guard<std::mutex> lock(reason_mutex_);
+  return stop_reason_;
+}
+
+void AgentSession::start_threads(int64_t generation) {
+  threads_stop_ = false;
+  heartbeat_thread_ = std::thread([this, generation] { heartbeat_loop(generation); });
+  watch_thread_ = std::thread([this, generation] { watch_loop(generation); });
+}
+
+void AgentSession::stop_threads() {
+  threads_stop_ = true;
+  {
+    std::lock_guard<std::mutex> lock(watch_mutex_);
+    if (watch_call_ != nullptr) watch_call_->TryCancel();
+  }
+  if (heartbeat_thread_.joinable()) heartbeat_thread_.join();
+  if (watch_thread_.joinable()) watch_thread_.join();
+}
+
+void AgentSession::request_stop(const std::string& reason) {
+  {
+    std::lock_guard<std::mutex> lock(reason_mutex_);
+    stop_reason_ = reason;
+  }
+  if (!stop_requested_.exchange(true)) {
+    const uint64_t one = 1;
+    [[maybe_unused]] ssize_t n = write(wakeup_fd_, &one, sizeof one);
+  }
+}
+
+void AgentSession::heartbeat_loop(int64_t generation) {
+  auto last_ok = std::chrono::steady_clock::now();
+  while (!threads_stop_.load()) {
+    const Status s = client_.heartbeat(assignment_.node_rank, generation, std::min<Duration>(settings_.heartbeat_interval, 5s));
+    const auto now = std::chrono::steady_clock::now();
+    if (s.ok()) {
+      last_ok = now;
+    } else if (now - last_ok > settings_.coordinator_timeout) {
+      coordinator_lost_ = true;
+      request_stop(fmt::format("the coordinator at {} has been unreachable for {:.0f} s ({})", settings_.endpoint,
+                               std::chrono::duration<double>(now - last_ok).count(), s.message()));
+      return;
+    }
+    sleep_unless(threads_stop_, settings_.heartbeat_interval);
+  }
+}
+
+void AgentSession::watch_loop(int64_t generation) {
+  while (!threads_stop_.load()) {
+    GenerationView view;
+    grpc::ClientContext call;
+    {
+      std::lock_guard<std::mutex> lock(watch_mutex_);
+      if (threads_stop_.load()) return;
+      watch_call_ = &call;
+    }
+    const Status s = client_.watch(assignment_.node_rank, generation, GenerationState::kRunning, 30s, view, &call);
+    {
+      std::lock_guard<std::mutex> lock(watch_mutex_);
+      watch_call_ = nullptr;
+    }
+    if (threads_stop_.load()) return;
+    if (!s.ok()) {
+      sleep_unless(threads_stop_, 200ms);  // the heartbeat thread judges reachability
+      continue;
+    }
+    if (view.state != GenerationState::kRunning) {
+      request_stop(view.reason.empty() ? std::string("the job is stopping") : view.reason);
+      return;
+    }
+  }
+}
+
+NodeOutcome AgentSession::outcome_of(const AttemptSummary& summary) const {
+  NodeOutcome o;
+  o.node_rank = assignment_.node_rank;
+  if (summary.root_cause != nullptr) {
+    const WorkerRecord& w = *summary.root_cause;
+    o.exit_code = w.exit->shell_code();
+    o.failed_rank = w.rank;
+    o.description = fmt::format("rank {} (node {}, local rank {}, pid {}) failed: {}", w.rank, assignment_.node_rank,
+                                w.local_rank, w.pid, w.exit->describe());
+  } else if (summary.stop_signal != 0) {
+    o.exit_code = exit_code::for_signal(summary.stop_signal);
+    o.description = fmt::format("ddplaunch on node {} received {}", assignment_.node_rank,
+                                signal_name(summary.stop_signal));
+  } else if (summary.stop_requested) {
+    o.stopped = true;
+  } else {
+    o.success = true;
+  }
+  return o;
+}
+
+Verdict AgentSession::conclude(const AttemptSummary& summary) {
+  const int64_t generation = assignment_.generation;
+  stop_threads();
+  if (coordinator_lost_) {
+    spdlog::error("{}; giving up", stop_reason());
+    return {false, exit_code::kRendezvous};
+  }
+  const NodeOutcome outcome = outcome_of(summary);
+  Status s;
+  for (int attempt = 0; attempt < 5; ++attempt) {
+    s = client_.report_outcome(generation, outcome, 5s);
+    if (s.ok() || s.code() != StatusCode::kUnavailable) break;
+    std::this_thread::sleep_for(200ms);
+  }
+  if (!s.ok()) spdlog::warn("could not report this node's outcome: {}", s.message());
+  if (summary.stop_signal != 0) return {false, exit_code::for_signal(summary.stop_signal)};
+  return await_verdict(generation);
+}
+
+Verdict AgentSession::await_verdict(int64_t generation) {
+  auto last_ok = std::chrono::steady_clock::now();
+  GenerationState known = GenerationState::kRunning;
+  for (;;) {
+    if (const int sig = pending_stop_signal()) return {false, exit_code::for_signal(sig)};
+    GenerationView view;
+    const Status s = client_.watch(assignment_.node_rank, generation, known, 1s, view);
+    const auto now = std::chrono::steady_clock::now();
+    if (!s.ok()) {
+      if (now - last_ok > settings_.coordinator_timeout) {
+        spdlog::error("lost the coordinator at {} while waiting for the job's verdict: {}", settings_.endpoint,
+                      s.message());
+        return {false, exit_code::kRendezvous};
+      }
+      std::this_thread::sleep_for(100ms);
+      continue;
+    }
+    last_ok = now;
+    known = view.state;
+    if (view.state == GenerationState::kRestarting) {
+      if (!view.reason.empty()) spdlog::warn("generation {} failed: {}", generation, view.reason);
+      return {true, 0};
+    }
+    if (view.state == GenerationState::kFinished) {
+      if (view.exit_code != 0) spdlog::error("job {} failed: {}", settings_.job_id, view.reason);
+      return {false, view.exit_code};
+    }
+  }
+}
+
+}  // namespace ddp

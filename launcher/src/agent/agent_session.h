@@ -1,0 +1,85 @@
+#pragma once
+// AgentSession: this node's membership in a job, as the coordinator sees it.
+// It joins each generation (the rank layout for plan_attempt), keeps the node
+// alive with heartbeats, watches for a failure elsewhere (then wakes the event
+// loop through an eventfd so the local workers are stopped at once), reports
+// how the local workers ended and waits for the coordinator's verdict:
+// restart as the next generation, or finish with the job's exit code.
+//
+// Threading: join()/conclude() run on the event-loop thread; a heartbeat
+// thread and a watch thread run per generation and touch only atomics and the
+// thread-safe client. The destructor stops them.
+
+#include <atomic>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+
+#include "coordinator/coordinator_client.h"
+#include "supervise/supervisor.h"
+
+namespace ddp {
+
+struct AgentSettings {
+  std::string endpoint;  // coordinator host:port
+  std::string job_id;
+  std::string token;
+  TlsFiles tls;
+  int nnodes = 1;
+  int node_rank = -1;  // -1: let the coordinator assign
+  int nproc = 1;
+  std::string host;    // advertised address; empty: as the coordinator sees us
+  int master_port = 0; // a free port here, MASTER_PORT if we become node 0
+  int max_restarts = 0;
+  Duration join_timeout = std::chrono::seconds(600);
+  Duration heartbeat_interval = std::chrono::seconds(5);
+  /// How long the coordinator may be unreachable before this agent gives up.
+  Duration coordinator_timeout = std::chrono::seconds(15);
+};
+
+class AgentSession final : public AttemptArbiter {
+ public:
+  /// wakeup_fd: an eventfd the event loop watches; written when the job is
+  /// stopping elsewhere (not owned).
+  AgentSession(AgentSettings settings, int wakeup_fd);
+  ~AgentSession() override;
+
+  /// Joins generation; throws PlanError(exit_code::kRendezvous) on refusal or
+  /// timeout. Starts the heartbeat and watch threads for it.
+  Assignment join(int64_t generation);
+  /// True once the coordinator has said this generation is stopping.
+  bool stop_requested() const { return stop_requested_.load(); }
+  /// The coordinator's reason for stopping (another node's failure).
+  std::string stop_reason() const;
+
+  Verdict conclude(const AttemptSummary& summary) override;
+
+  const Assignment& assignment() const { return assignment_; }
+  CoordinatorClient& client() { return client_; }
+
+ private:
+  void start_threads(int64_t generation);
+  void stop_threads();
+  void heartbeat_loop(int64_t generation);
+  void watch_loop(int64_t generation);
+  void request_stop(const std::string& reason);
+  NodeOutcome outcome_of(const AttemptSummary& summary) const;
+  Verdict await_verdict(int64_t generation);
+
+  AgentSettings settings_;
+  int wakeup_fd_;
+  CoordinatorClient client_;
+  Assignment assignment_;
+  std::atomic<bool> threads_stop_{false};
+  std::atomic<bool> stop_requested_{false};
+  std::atomic<bool> coordinator_lost_{false};
+  mutable std::mutex reason_mutex_;
+  std::string stop_reason_;
+  std::mutex watch_mutex_;
+  grpc::ClientContext* watch_call_ = nullptr;  // the watch thread's poll in flight, to cancel it
+  std::thread heartbeat_thread_;
+  std::thread watch_thread_;
+};
+
+}  // namespace ddp

@@ -1,0 +1,52 @@
+#pragma once
+// LocalAgentServer: what an agent serves its own workers on a Unix-domain
+// socket (mode 0600 in a 0700 directory): registration, and the job's KV
+// store, barriers and NCCL IDs, relayed to the coordinator without blocking a
+// thread. Workers thus never open control connections across the network.
+//
+// Ownership: owns its gRPC server and socket file (removed on destruction).
+// Threading: gRPC threads call the service; set_layout() may be called from
+// the event loop between generations.
+
+#include <memory>
+#include <mutex>
+#include <string>
+
+#include "coordinator/coordinator_client.h"
+
+namespace grpc {
+class Server;
+}
+
+namespace ddp {
+
+/// What Register answers: the current generation's layout of this node.
+struct LocalLayout {
+  Assignment assignment;
+  int nproc = 1;
+};
+
+class LocalAgentService;
+
+class LocalAgentServer {
+ public:
+  /// Listens on socket_path; throws std::runtime_error when it cannot.
+  LocalAgentServer(const std::string& socket_path, CoordinatorClient& client, std::string job_id, std::string token);
+  ~LocalAgentServer();
+  LocalAgentServer(const LocalAgentServer&) = delete;
+  LocalAgentServer& operator=(const LocalAgentServer&) = delete;
+
+  void set_layout(const LocalLayout& layout);
+  const std::string& socket_path() const { return path_; }
+
+ private:
+  std::string path_;
+  std::unique_ptr<LocalAgentService> service_;
+  std::unique_ptr<grpc::Server> server_;
+};
+
+/// A private per-user directory for agent sockets: $XDG_RUNTIME_DIR or
+/// /tmp/ddplaunch-<uid>, created 0700.
+std::string agent_socket_dir();
+
+}  // namespace ddp

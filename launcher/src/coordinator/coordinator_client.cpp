@@ -1,0 +1,187 @@
+#include "coordinator/coordinator_client.h"
+
+#include <grpcpp/grpcpp.h>
+
+#include "coordinator/grpc_status.h"
+
+namespace ddp {
+namespace {
+
+namespace pb = ::ddplaunch::v1;
+
+std::shared_ptr<grpc::ChannelCredentials> channel_credentials(const TlsFiles& tls) {
+  if (tls.ca.empty() && !tls.enabled()) return grpc::InsecureChannelCredentials();
+  grpc::SslCredentialsOptions options;
+  if (!tls.ca.empty()) options.pem_root_certs = read_file(tls.ca);
+  if (tls.enabled()) {
+    options.pem_cert_chain = read_file(tls.cert);
+    options.pem_private_key = read_file(tls.key);
+  }
+  return grpc::SslCredentials(options);
+}
+
+void set_deadline(grpc::ClientContext& ctx, Duration timeout) {
+  ctx.set_deadline(std::chrono::system_clock::now() +
+                   std::chrono::duration_cast<std::chrono::system_clock::duration>(timeout));
+}
+
+int64_t to_ms(Duration d) { return std::chrono::duration_cast<std::chrono::milliseconds>(d).count(); }
+
+GenerationState from_pb(pb::GenerationState s) {
+  switch (s) {
+    case pb::STOPPING: return GenerationState::kStopping;
+    case pb::RESTARTING: return GenerationState::kRestarting;
+    case pb::FINISHED: return GenerationState::kFinished;
+    default: return GenerationState::kRunning;
+  }
+}
+
+}  // namespace
+
+CoordinatorClient::CoordinatorClient(const std::string& target, const std::string& job_id, const std::string& token,
+                                     const TlsFiles& tls)
+    : job_id_(job_id), token_(token) {
+  grpc::ChannelArguments args;
+  // Keep one connection per agent: thousands of parked calls multiplex on it.
+  args.SetInt(GRPC_ARG_ENABLE_RETRIES, 1);
+  channel_ = grpc::CreateCustomChannel(target, channel_credentials(tls), args);
+  stub_ = pb::Coordinator::NewStub(channel_);
+}
+
+void CoordinatorClient::authorize(pb::JobAuth* auth) const {
+  auth->set_job_id(job_id_);
+  auth->set_token(token_);
+}
+
+Status CoordinatorClient::join(const JoinParams& p, int max_restarts, Duration timeout, JoinResult& result) {
+  pb::JoinRequest req;
+  authorize(req.mutable_auth());
+  req.set_host(p.host);
+  req.set_nproc(p.nproc);
+  req.set_node_rank(p.node_rank);
+  req.set_nnodes(p.nnodes);
+  req.set_generation(p.generation);
+  req.set_master_port(p.master_port);
+  req.set_max_restarts(max_restarts);
+  req.set_join_timeout_ms(to_ms(timeout));
+  pb::JoinReply reply;
+  grpc::ClientContext ctx;
+  // The coordinator answers at the join timeout; leave it room to say why.
+  set_deadline(ctx, timeout + std::chrono::seconds(5));
+  ctx.set_wait_for_ready(true);  // node 0's coordinator may still be starting
+  const Status s = from_grpc(stub_->Join(&ctx, req, &reply));
+  if (!s.ok()) return s;
+  Assignment& a = result.assignment;
+  a.node_rank = reply.node_rank();
+  a.nnodes = reply.nnodes();
+  a.rank_start = reply.rank_start();
+  a.world_size = reply.world_size();
+  a.generation = reply.generation();
+  a.master_addr = reply.master_addr();
+  a.master_port = reply.master_port();
+  result.max_restarts = reply.max_restarts();
+  return s;
+}
+
+Status CoordinatorClient::heartbeat(int node_rank, int64_t generation, Duration timeout) {
+  pb::AgentHeartbeatRequest req;
+  authorize(req.mutable_auth());
+  req.set_node_rank(node_rank);
+  req.set_generation(generation);
+  pb::AgentHeartbeatReply reply;
+  grpc::ClientContext ctx;
+  set_deadline(ctx, timeout);
+  return from_grpc(stub_->AgentHeartbeat(&ctx, req, &reply));
+}
+
+Status CoordinatorClient::report_outcome(int64_t generation, const NodeOutcome& o, Duration timeout) {
+  pb::OutcomeRequest req;
+  authorize(req.mutable_auth());
+  req.set_node_rank(o.node_rank);
+  req.set_generation(generation);
+  req.set_success(o.success);
+  req.set_stopped(o.stopped);
+  req.set_exit_code(o.exit_code);
+  req.set_failed_rank(o.failed_rank);
+  req.set_description(o.description);
+  pb::OutcomeReply reply;
+  grpc::ClientContext ctx;
+  set_deadline(ctx, timeout);
+  return from_grpc(stub_->ReportOutcome(&ctx, req, &reply));
+}
+
+Status CoordinatorClient::watch(int node_rank, int64_t generation, GenerationState known, Duration timeout,
+                                GenerationView& view, grpc::ClientContext* context) {
+  pb::WatchRequest req;
+  authorize(req.mutable_auth());
+  req.set_node_rank(node_rank);
+  req.set_generation(generation);
+  req.set_known_state(static_cast<pb::GenerationState>(static_cast<int>(known)));
+  pb::WatchReply reply;
+  grpc::ClientContext own;
+  grpc::ClientContext& ctx = context != nullptr ? *context : own;
+  set_deadline(ctx, timeout);
+  const Status s = from_grpc(stub_->Watch(&ctx, req, &reply));
+  view.generation = reply.generation();
+  view.state = from_pb(reply.state());
+  view.exit_code = reply.exit_code();
+  view.reason = reply.reason();
+  view.failed_node = reply.failed_node();
+  view.failed_rank = reply.failed_rank();
+  return s;
+}
+
+Status CoordinatorClient::nccl_id(int64_t generation, const std::string& comm_key, Duration timeout, std::string& id) {
+  pb::NcclIdRequest req;
+  authorize(req.mutable_auth());
+  req.set_generation(generation);
+  req.set_comm_key(comm_key);
+  pb::NcclIdReply reply;
+  grpc::ClientContext ctx;
+  set_deadline(ctx, timeout);
+  const Status s = from_grpc(stub_->GetNcclId(&ctx, req, &reply));
+  id = reply.unique_id();
+  return s;
+}
+
+Status CoordinatorClient::barrier(int64_t generation, const std::string& name, int participants, Duration timeout) {
+  pb::BarrierRequest req;
+  authorize(req.mutable_auth());
+  req.set_generation(generation);
+  req.set_name(name);
+  req.set_participants(participants);
+  req.set_timeout_ms(to_ms(timeout));
+  pb::BarrierReply reply;
+  grpc::ClientContext ctx;
+  set_deadline(ctx, timeout + std::chrono::seconds(5));
+  return from_grpc(stub_->Barrier(&ctx, req, &reply));
+}
+
+Status CoordinatorClient::kv_set(int64_t generation, const std::string& key, const std::string& value,
+                                 Duration timeout) {
+  pb::KvSetRequest req;
+  authorize(req.mutable_auth());
+  req.set_generation(generation);
+  req.set_key(key);
+  req.set_value(value);
+  pb::KvSetReply reply;
+  grpc::ClientContext ctx;
+  set_deadline(ctx, timeout);
+  return from_grpc(stub_->KvSet(&ctx, req, &reply));
+}
+
+Status CoordinatorClient::kv_get(int64_t generation, const std::string& key, Duration timeout,
+                                 std::optional<std::string>& value) {
+  pb::KvGetRequest req;
+  authorize(req.mutable_auth());
+  req.set_generation(generation);
+  req.set_key(key);
+  pb::KvGetReply reply;
+  grpc::ClientContext ctx;
+  set_deadline(ctx, timeout);
+  const Status s = from_grpc(stub_->KvGet(&ctx, req, &reply));
+  value = reply.found() ? std::optional<std::string>(reply.value()) : std::nullopt;
+  return s;
+}
+
+}  // namespace ddp

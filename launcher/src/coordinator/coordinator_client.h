@@ -1,0 +1,55 @@
+#pragma once
+// CoordinatorClient: an agent's (or a benchmark's) calls to the coordinator,
+// as plain blocking functions returning ddp::Status. Every call carries the
+// job id and token and has a deadline.
+//
+// Threading: thread-safe (gRPC stubs are); one channel, many callers.
+
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "coordinator/coordinator_job.h"
+#include "coordinator/coordinator_server.h"
+#include "ddplaunch/v1/coordinator.grpc.pb.h"
+
+namespace ddp {
+
+struct JoinResult {
+  Assignment assignment;
+  int max_restarts = 0;
+};
+
+class CoordinatorClient {
+ public:
+  /// target: "host:port". tls: client certificate and CA (cert may be empty
+  /// for server-only TLS: ca then verifies the coordinator).
+  CoordinatorClient(const std::string& target, const std::string& job_id, const std::string& token,
+                    const TlsFiles& tls = {});
+
+  Status join(const JoinParams& params, int max_restarts, Duration timeout, JoinResult& result);
+  Status heartbeat(int node_rank, int64_t generation, Duration timeout);
+  Status report_outcome(int64_t generation, const NodeOutcome& outcome, Duration timeout);
+  /// Long poll; see CoordinatorJob::watch.
+  /// A caller that must be able to cancel the poll passes its own context
+  /// (grpc::ClientContext::TryCancel from another thread ends it at once).
+  Status watch(int node_rank, int64_t generation, GenerationState known, Duration timeout, GenerationView& view,
+               grpc::ClientContext* context = nullptr);
+  Status nccl_id(int64_t generation, const std::string& comm_key, Duration timeout, std::string& id);
+  Status barrier(int64_t generation, const std::string& name, int participants, Duration timeout);
+  Status kv_set(int64_t generation, const std::string& key, const std::string& value, Duration timeout);
+  Status kv_get(int64_t generation, const std::string& key, Duration timeout, std::optional<std::string>& value);
+
+  /// The raw stub, for relaying calls asynchronously (the local agent service).
+  ::ddplaunch::v1::Coordinator::Stub& stub() { return *stub_; }
+  /// Fills the auth field of a request with this client's job id and token.
+  void authorize(::ddplaunch::v1::JobAuth* auth) const;
+
+ private:
+  std::shared_ptr<grpc::Channel> channel_;
+  std::unique_ptr<::ddplaunch::v1::Coordinator::Stub> stub_;
+  std::string job_id_;
+  std::string token_;
+};
+
+}  // namespace ddp

@@ -1,0 +1,325 @@
+#include "coordinator/coordinator_job.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+
+namespace ddp {
+
+const char* to_string(GenerationState state) {
+  switch (state) {
+    case GenerationState::kRunning: return "running";
+    case GenerationState::kStopping: return "stopping";
+    case GenerationState::kRestarting: return "restarting";
+    case GenerationState::kFinished: return "finished";
+  }
+  return "unknown";
+}
+
+void CoordinatorJob::Fired::run() {
+  for (auto& j : joins) j();
+  for (auto& w : waits) w();
+  for (auto& [callback, view] : watches) callback(watch_status, view);
+}
+
+CoordinatorJob::CoordinatorJob(std::string job_id, std::string token, JobConfig config, const Clock& clock,
+                               UniqueIdSource& ids)
+    : job_id_(std::move(job_id)),
+      token_(std::move(token)),
+      config_(config),
+      clock_(clock),
+      ids_(ids),
+      rendezvous_(config.nnodes, config.nproc) {
+  rendezvous_.open(0);
+}
+
+bool CoordinatorJob::token_matches(const std::string& token) const {
+  // Length is not secret (tokens have a fixed format); the contents are.
+  if (token.size() != token_.size()) return false;
+  unsigned char diff = 0;
+  for (size_t i = 0; i < token.size(); ++i) diff |= static_cast<unsigned char>(token[i] ^ token_[i]);
+  return diff == 0;
+}
+
+void CoordinatorJob::join(const JoinParams& params, Duration timeout, JoinCallback done) {
+  Fired fired;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (state_ == GenerationState::kFinished) {
+      fired.joins.push_back({std::move(done), {StatusCode::kFailedPrecondition, "the job has finished"}, {}});
+    } else {
+      rendezvous_.join(params, clock_.now() + timeout, std::move(done), fired.joins);
+      if (rendezvous_.complete() && !world_formed_) on_world_formed();
+    }
+  }
+  fired.run();
+}
+
+void CoordinatorJob::on_world_formed() {
+  world_formed_ = true;
+  state_ = GenerationState::kRunning;
+  outcomes_.assign(static_cast<size_t>(config_.nnodes), std::nullopt);
+  last_heartbeat_.assign(static_cast<size_t>(config_.nnodes), clock_.now());
+  root_cause_.reset();
+}
+
+Status CoordinatorJob::heartbeat(int node_rank, int64_t generation, int64_t& current) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  current = generation_;
+  if (node_rank < 0 || node_rank >= config_.nnodes) {
+    return {StatusCode::kInvalidArgument, fmt::format("node rank {} outside 0..{}", node_rank, config_.nnodes - 1)};
+  }
+  if (generation == generation_ && world_formed_) last_heartbeat_[static_cast<size_t>(node_rank)] = clock_.now();
+  return Status::Ok();
+}
+
+Status CoordinatorJob::report_outcome(int64_t generation, const NodeOutcome& outcome) {
+  Fired fired;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (generation != generation_ || !world_formed_) {
+      return {StatusCode::kFailedPrecondition, fmt::format("generation {} is not running", generation)};
+    }
+    if (outcome.node_rank < 0 || outcome.node_rank >= config_.nnodes) {
+      return {StatusCode::kInvalidArgument, fmt::format("node rank {} outside 0..{}", outcome.node_rank,
+                                                        config_.nnodes - 1)};
+    }
+    if (!outcomes_[static_cast<size_t>(outcome.node_rank)]) record_outcome(outcome, fired);
+  }
+  fired.run();
+  return Status::Ok();
+}
+
+void CoordinatorJob::record_outcome(const NodeOutcome& outcome, Fired& fired) {
+  outcomes_[static_cast<size_t>(outcome.node_rank)] = outcome;
+  const bool failed = !outcome.success && !outcome.stopped;
+  if (failed && !root_cause_) {
+    root_cause_ = outcome;
+    if (state_ == GenerationState::kRunning) set_state(GenerationState::kStopping, fired);
+  }
+  conclude_if_all_reported(fired);
+}
+
+void CoordinatorJob::conclude_if_all_reported(Fired& fired) {
+  if (std::any_of(outcomes_.begin(), outcomes_.end(), [](const auto& o) { return !o.has_value(); })) return;
+  const Status over{StatusCode::kAborted, fmt::format("generation {} has ended", generation_)};
+  kv_.abort_waits(over, fired.waits);
+  if (root_cause_ && restarts_used_ < config_.max_restarts) {
+    ++restarts_used_;
+    set_state(GenerationState::kRestarting, fired);
+    // The next generation starts clean: new world, empty store, new IDs.
+    ++generation_;
+    root_cause_.reset();  // the new generation has no failure yet
+    state_ = GenerationState::kRunning;
+    world_formed_ = false;
+    kv_ = KvStore();
+    nccl_ids_.clear();
+    rendezvous_.open(generation_);
+    return;
+  }
+  finished_view_ = view_of(generation_);
+  finished_view_.exit_code = root_cause_ ? root_cause_->exit_code : 0;
+  set_state(GenerationState::kFinished, fired);
+}
+
+void CoordinatorJob::set_state(GenerationState state, Fired& fired) {
+  state_ = state;
+  release_watches(fired);
+}
+
+GenerationView CoordinatorJob::view_of(int64_t generation) const {
+  GenerationView v;
+  v.generation = generation;
+  // An earlier generation is over, and the job has moved on to a later one.
+  v.state = generation < generation_ ? GenerationState::kRestarting : state_;
+  if (state_ == GenerationState::kFinished && generation == generation_) v.exit_code = finished_view_.exit_code;
+  if (root_cause_ && generation == generation_) {
+    v.reason = root_cause_->description;
+    v.failed_node = root_cause_->node_rank;
+    v.failed_rank = root_cause_->failed_rank;
+  }
+  return v;
+}
+
+void CoordinatorJob::release_watches(Fired& fired) {
+  auto changed = std::stable_partition(watches_.begin(), watches_.end(),
+                                       [this](const Parked& p) { return view_of(p.generation).state == p.known; });
+  for (auto it = changed; it != watches_.end(); ++it) fired.watches.emplace_back(std::move(it->done), view_of(it->generation));
+  watches_.erase(changed, watches_.end());
+}
+
+void CoordinatorJob::watch(int64_t generation, GenerationState known, Duration timeout, WatchCallback done) {
+  GenerationView view;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    view = view_of(generation);
+    if (view.state == known) {
+      watches_.push_back({generation, known, clock_.now() + timeout, std::move(done)});
+      return;
+    }
+  }
+  done(Status::Ok(), view);
+}
+
+Status CoordinatorJob::check_generation(int64_t generation) const {
+  if (generation == generation_ && state_ != GenerationState::kFinished) return Status::Ok();
+  return {StatusCode::kFailedPrecondition,
+          fmt::format("generation {} is over (the job is at generation {}, {})", generation, generation_,
+                      to_string(state_))};
+}
+
+Status CoordinatorJob::kv_set(int64_t generation, const std::string& key, std::string value) {
+  Fired fired;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (Status s = check_generation(generation); !s.ok()) return s;
+    kv_.set(key, std::move(value), fired.waits);
+  }
+  fired.run();
+  return Status::Ok();
+}
+
+Status CoordinatorJob::kv_get(int64_t generation, const std::string& key, std::optional<std::string>& value) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (Status s = check_generation(generation); !s.ok()) return s;
+  value = kv_.get(key);
+  return Status::Ok();
+}
+
+Status CoordinatorJob::kv_add(int64_t generation, const std::string& key, int64_t delta, int64_t& result) {
+  Fired fired;
+  Status status;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (Status s = check_generation(generation); !s.ok()) return s;
+    status = kv_.add(key, delta, result, fired.waits);
+  }
+  fired.run();
+  return status;
+}
+
+Status CoordinatorJob::kv_compare_set(int64_t generation, const std::string& key,
+                                      const std::optional<std::string>& expected, std::string desired, bool& swapped,
+                                      std::string& current) {
+  Fired fired;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (Status s = check_generation(generation); !s.ok()) return s;
+    swapped = kv_.compare_set(key, expected, std::move(desired), current, fired.waits);
+  }
+  fired.run();
+  return Status::Ok();
+}
+
+Status CoordinatorJob::kv_delete_prefix(int64_t generation, const std::string& prefix, int64_t& deleted) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (Status s = check_generation(generation); !s.ok()) return s;
+  deleted = kv_.delete_prefix(prefix);
+  return Status::Ok();
+}
+
+void CoordinatorJob::kv_wait(int64_t generation, std::vector<std::string> keys, Duration timeout, WaitCallback done) {
+  Fired fired;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (Status s = check_generation(generation); !s.ok()) {
+      fired.waits.push_back({std::move(done), s});
+    } else {
+      kv_.wait(std::move(keys), clock_.now() + timeout, std::move(done), fired.waits);
+    }
+  }
+  fired.run();
+}
+
+void CoordinatorJob::barrier(int64_t generation, const std::string& name, int participants, Duration timeout,
+                             WaitCallback done) {
+  // A counter and a release key in the generation's store: the last to
+  // arrive sets the release key, which every participant waits for.
+  const std::string count_key = "__ddplaunch/barrier/" + name + "/count";
+  const std::string done_key = "__ddplaunch/barrier/" + name + "/done";
+  Fired fired;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    Status s = check_generation(generation);
+    int64_t arrived = 0;
+    if (s.ok()) s = kv_.add(count_key, 1, arrived, fired.waits);
+    if (!s.ok()) {
+      fired.waits.push_back({std::move(done), s});
+    } else {
+      if (arrived >= participants) kv_.set(done_key, "1", fired.waits);
+      kv_.wait({done_key}, clock_.now() + timeout, std::move(done), fired.waits);
+    }
+  }
+  fired.run();
+}
+
+Status CoordinatorJob::nccl_id(int64_t generation, const std::string& comm_key, std::string& id) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (Status s = check_generation(generation); !s.ok()) return s;
+  auto it = nccl_ids_.find(comm_key);
+  if (it == nccl_ids_.end()) it = nccl_ids_.emplace(comm_key, ids_.create_id()).first;
+  id = it->second;
+  return Status::Ok();
+}
+
+void CoordinatorJob::tick() {
+  Fired fired;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    const SteadyTime now = clock_.now();
+    kv_.expire(now, fired.waits);
+    if (rendezvous_.expire(now, fired.joins)) {
+      // The world cannot form: the job is over (its agents exit with a
+      // rendezvous failure), and a standalone coordinator may forget it.
+      finished_view_ = view_of(generation_);
+      finished_view_.exit_code = kRendezvousFailedExitCode;
+      finished_view_.reason = "rendezvous timed out";
+      set_state(GenerationState::kFinished, fired);
+    }
+    if (world_formed_ && (state_ == GenerationState::kRunning || state_ == GenerationState::kStopping)) {
+      for (int node = 0; node < config_.nnodes; ++node) {
+        const auto n = static_cast<size_t>(node);
+        if (outcomes_[n] || now - last_heartbeat_[n] < config_.node_timeout) continue;
+        NodeOutcome lost;
+        lost.node_rank = node;
+        lost.exit_code = kNodeLostExitCode;
+        lost.description = fmt::format(
+            "node {} ({}) went silent: no agent heartbeat for {:.1f} s", node, rendezvous_.hosts()[n],
+            std::chrono::duration<double>(now - last_heartbeat_[n]).count());
+        record_outcome(lost, fired);
+      }
+    }
+    auto expired = std::stable_partition(watches_.begin(), watches_.end(),
+                                         [now](const Parked& p) { return p.deadline > now; });
+    for (auto it = expired; it != watches_.end(); ++it) {
+      fired.watches.emplace_back(std::move(it->done), view_of(it->generation));
+    }
+    watches_.erase(expired, watches_.end());
+  }
+  fired.run();
+}
+
+void CoordinatorJob::abort_all(const Status& status) {
+  Fired fired;
+  fired.watch_status = status;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    kv_.abort_waits(status, fired.waits);
+    rendezvous_.abort(status, fired.joins);
+    for (auto& p : watches_) fired.watches.emplace_back(std::move(p.done), view_of(p.generation));
+    watches_.clear();
+  }
+  fired.run();
+}
+
+bool CoordinatorJob::finished() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return state_ == GenerationState::kFinished;
+}
+
+GenerationView CoordinatorJob::current_view() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return view_of(generation_);
+}
+
+}  // namespace ddp

@@ -1,0 +1,149 @@
+#pragma once
+// CoordinatorJob: everything the coordinator knows and decides about one job:
+// its rendezvous, its KV store and NCCL IDs per generation, each node's
+// heartbeats and outcomes, and the verdict after a generation ends (restart
+// as generation+1 while the budget lasts, else finish with the root cause's
+// exit code). Plain C++: the gRPC service is a thin adapter over it, and
+// tests call it directly with a FakeClock.
+//
+// Threading: thread-safe; one mutex per job. Every callback runs on the
+// calling thread after the mutex is released (never under it), possibly on
+// the thread of another caller whose call completed the wait.
+
+#include <functional>
+#include <map>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "coordinator/kv_store.h"
+#include "coordinator/rendezvous.h"
+#include "coordinator/unique_id_source.h"
+#include "ddp/common/clock.h"
+#include "ddp/common/status.h"
+
+namespace ddp {
+
+struct JobConfig {
+  int nnodes = 1;
+  int nproc = 1;
+  int max_restarts = 0;
+  /// A node whose agent sent no heartbeat for this long has failed.
+  Duration node_timeout = std::chrono::seconds(15);
+};
+
+enum class GenerationState { kRunning = 1, kStopping = 2, kRestarting = 3, kFinished = 4 };
+const char* to_string(GenerationState state);
+
+/// What a node reports when its workers have ended.
+struct NodeOutcome {
+  int node_rank = 0;
+  bool success = false;
+  bool stopped = false;  // ended on the coordinator's order, not by a failure of its own
+  int exit_code = 0;
+  int failed_rank = -1;
+  std::string description;
+};
+
+/// A generation's state as agents see it.
+struct GenerationView {
+  int64_t generation = 0;
+  GenerationState state = GenerationState::kRunning;
+  int exit_code = 0;  // with kFinished
+  std::string reason;
+  int failed_node = -1;
+  int failed_rank = -1;
+};
+
+using WatchCallback = std::function<void(const Status&, const GenerationView&)>;
+
+/// The exit code every agent uses when a node went silent.
+inline constexpr int kNodeLostExitCode = 123;
+/// The exit code of a job whose world never formed (exit_code::kRendezvous).
+inline constexpr int kRendezvousFailedExitCode = 125;
+
+class CoordinatorJob {
+ public:
+  CoordinatorJob(std::string job_id, std::string token, JobConfig config, const Clock& clock, UniqueIdSource& ids);
+
+  const std::string& id() const { return job_id_; }
+  const JobConfig& config() const { return config_; }
+  /// Constant-time comparison, so timing reveals nothing of the token.
+  bool token_matches(const std::string& token) const;
+
+  void join(const JoinParams& params, Duration timeout, JoinCallback done);
+  /// Returns the job's current generation through current.
+  Status heartbeat(int node_rank, int64_t generation, int64_t& current);
+  Status report_outcome(int64_t generation, const NodeOutcome& outcome);
+  /// Answers as soon as generation's state differs from known, or with the
+  /// unchanged state once timeout passes (the caller polls again).
+  void watch(int64_t generation, GenerationState known, Duration timeout, WatchCallback done);
+
+  Status kv_set(int64_t generation, const std::string& key, std::string value);
+  Status kv_get(int64_t generation, const std::string& key, std::optional<std::string>& value);
+  Status kv_add(int64_t generation, const std::string& key, int64_t delta, int64_t& result);
+  Status kv_compare_set(int64_t generation, const std::string& key, const std::optional<std::string>& expected,
+                        std::string desired, bool& swapped, std::string& current);
+  Status kv_delete_prefix(int64_t generation, const std::string& prefix, int64_t& deleted);
+  void kv_wait(int64_t generation, std::vector<std::string> keys, Duration timeout, WaitCallback done);
+  /// Completes once participants callers have entered the barrier name.
+  /// A name is good for one barrier per generation.
+  void barrier(int64_t generation, const std::string& name, int participants, Duration timeout, WaitCallback done);
+  /// The same bytes for every caller of (generation, comm_key).
+  Status nccl_id(int64_t generation, const std::string& comm_key, std::string& id);
+
+  /// Expires waits and joins, and declares silent nodes failed. Call often
+  /// (the coordinator's timer thread does, every 100 ms).
+  void tick();
+  /// Answers every parked call with status (the coordinator shuts down).
+  void abort_all(const Status& status);
+
+  bool finished() const;
+  GenerationView current_view() const;
+
+ private:
+  struct Parked {
+    int64_t generation;
+    GenerationState known;
+    SteadyTime deadline;
+    WatchCallback done;
+  };
+  // Everything below runs with mutex_ held; what it completes goes to Fired.
+  struct Fired {
+    FiredWaits waits;
+    FiredJoins joins;
+    std::vector<std::pair<WatchCallback, GenerationView>> watches;
+    Status watch_status;  // what the watches are answered with
+    void run();
+  };
+  Status check_generation(int64_t generation) const;
+  GenerationView view_of(int64_t generation) const;
+  void record_outcome(const NodeOutcome& outcome, Fired& fired);
+  void conclude_if_all_reported(Fired& fired);
+  void set_state(GenerationState state, Fired& fired);
+  void release_watches(Fired& fired);
+  void on_world_formed();
+
+  const std::string job_id_;
+  const std::string token_;
+  const JobConfig config_;
+  const Clock& clock_;
+  UniqueIdSource& ids_;
+
+  mutable std::mutex mutex_;
+  Rendezvous rendezvous_;
+  int64_t generation_ = 0;
+  GenerationState state_ = GenerationState::kRunning;
+  bool world_formed_ = false;
+  int restarts_used_ = 0;
+  KvStore kv_;
+  std::map<std::string, std::string> nccl_ids_;  // by comm key, current generation
+  std::vector<std::optional<NodeOutcome>> outcomes_;  // by node rank
+  std::vector<SteadyTime> last_heartbeat_;            // by node rank
+  std::optional<NodeOutcome> root_cause_;
+  GenerationView finished_view_;
+  std::vector<Parked> watches_;
+};
+
+}  // namespace ddp

@@ -1,0 +1,64 @@
+#pragma once
+// CoordinatorServer: a Coordinator served over gRPC on host:port, with a
+// timer thread that ticks it (timeouts, silent nodes). Used embedded in node
+// 0's agent and by `ddplaunch serve`.
+//
+// Ownership: owns the Coordinator, its gRPC server and the timer thread;
+// the destructor stops all three. Threading: the accessors are thread-safe.
+
+#include <atomic>
+#include <memory>
+#include <string>
+#include <thread>
+
+#include "coordinator/coordinator.h"
+
+namespace grpc {
+class Server;
+}
+
+namespace ddp {
+
+class CoordinatorService;
+
+struct TlsFiles {
+  std::string cert;  // PEM; all three empty: plaintext
+  std::string key;
+  std::string ca;    // clients must present a certificate signed by it (mutual TLS)
+  bool enabled() const { return !cert.empty(); }
+};
+
+struct ServerAddress {
+  std::string host;  // "127.0.0.1" (loopback only) or "0.0.0.0"/"::" (all interfaces)
+  int port = 0;      // 0: pick a free one
+};
+
+class CoordinatorServer {
+ public:
+  /// Throws std::runtime_error naming host and port when it cannot listen.
+  CoordinatorServer(const ServerAddress& address, const TlsFiles& tls, CoordinatorOptions options = {});
+  ~CoordinatorServer();
+  CoordinatorServer(const CoordinatorServer&) = delete;
+  CoordinatorServer& operator=(const CoordinatorServer&) = delete;
+
+  int port() const { return port_; }
+  Coordinator& coordinator() { return *coordinator_; }
+  /// Blocks until shutdown() (from another thread or a signal handler's thread).
+  void wait();
+  void shutdown();
+
+ private:
+  std::unique_ptr<UniqueIdSource> ids_;
+  std::unique_ptr<Coordinator> coordinator_;
+  std::unique_ptr<CoordinatorService> service_;
+  std::unique_ptr<grpc::Server> server_;
+  int port_ = 0;
+  std::atomic<bool> stopping_{false};
+  std::atomic<bool> ticker_done_{false};
+  std::thread ticker_;
+};
+
+/// Reads a whole file (PEM material); throws std::runtime_error naming it.
+std::string read_file(const std::string& path);
+
+}  // namespace ddp

@@ -1,0 +1,94 @@
+#include "coordinator/kv_store.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <charconv>
+
+namespace ddp {
+
+void KvStore::set(const std::string& key, std::string value, FiredWaits& fired) {
+  data_[key] = std::move(value);
+  release_ready(fired);
+}
+
+std::optional<std::string> KvStore::get(const std::string& key) const {
+  auto it = data_.find(key);
+  if (it == data_.end()) return std::nullopt;
+  return it->second;
+}
+
+Status KvStore::add(const std::string& key, int64_t delta, int64_t& result, FiredWaits& fired) {
+  int64_t current = 0;
+  if (auto it = data_.find(key); it != data_.end()) {
+    const std::string& text = it->second;
+    auto [ptr, ec] = std::from_chars(text.data(), text.data() + text.size(), current);
+    if (ec != std::errc() || ptr != text.data() + text.size()) {
+      return {StatusCode::kInvalidArgument, fmt::format("key '{}' does not hold an integer", key)};
+    }
+  }
+  result = current + delta;
+  data_[key] = std::to_string(result);
+  release_ready(fired);
+  return Status::Ok();
+}
+
+bool KvStore::compare_set(const std::string& key, const std::optional<std::string>& expected, std::string desired,
+                          std::string& current, FiredWaits& fired) {
+  auto it = data_.find(key);
+  const bool matches = expected ? (it != data_.end() && it->second == *expected) : it == data_.end();
+  if (matches) {
+    data_[key] = std::move(desired);
+    release_ready(fired);
+  }
+  const auto now = data_.find(key);
+  current = now == data_.end() ? std::string() : now->second;
+  return matches;
+}
+
+int64_t KvStore::delete_prefix(const std::string& prefix) {
+  int64_t deleted = 0;
+  for (auto it = data_.lower_bound(prefix); it != data_.end() && it->first.compare(0, prefix.size(), prefix) == 0;) {
+    it = data_.erase(it);
+    ++deleted;
+  }
+  return deleted;
+}
+
+void KvStore::wait(std::vector<std::string> keys, SteadyTime deadline, WaitCallback done, FiredWaits& fired) {
+  if (all_present(keys)) {
+    fired.push_back({std::move(done), Status::Ok()});
+    return;
+  }
+  waits_.push_back({std::move(keys), deadline, std::move(done)});
+}
+
+void KvStore::expire(SteadyTime now, FiredWaits& fired) {
+  auto expired = std::stable_partition(waits_.begin(), waits_.end(), [now](const Wait& w) { return w.deadline > now; });
+  for (auto it = expired; it != waits_.end(); ++it) {
+    std::vector<std::string> missing;
+    for (const auto& k : it->keys) {
+      if (data_.count(k) == 0) missing.push_back(k);
+    }
+    fired.push_back({std::move(it->done), {StatusCode::kDeadlineExceeded,
+                                           fmt::format("timed out waiting for key(s): {}", fmt::join(missing, ", "))}});
+  }
+  waits_.erase(expired, waits_.end());
+}
+
+void KvStore::abort_waits(const Status& status, FiredWaits& fired) {
+  for (auto& w : waits_) fired.push_back({std::move(w.done), status});
+  waits_.clear();
+}
+
+bool KvStore::all_present(const std::vector<std::string>& keys) const {
+  return std::all_of(keys.begin(), keys.end(), [this](const std::string& k) { return data_.count(k) != 0; });
+}
+
+void KvStore::release_ready(FiredWaits& fired) {
+  auto ready = std::stable_partition(waits_.begin(), waits_.end(), [this](const Wait& w) { return !all_present(w.keys); });
+  for (auto it = ready; it != waits_.end(); ++it) fired.push_back({std::move(it->done), Status::Ok()});
+  waits_.erase(ready, waits_.end());
+}
+
+}  // namespace ddp

@@ -1,0 +1,1086 @@
+#include "coordinator/coordinator_job.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <atomic>
+#include <functional>
+#include <future>
+#include <memory>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace ddp {
+namespace {
+
+using namespace std::chrono_literals;
+
+// The job with its clock and ID source. Shared so that a thread left behind
+// by a deadlock (see finishes_within) keeps everything it touches alive.
+struct Harness {
+  explicit Harness(const JobConfig& config)
+      : ids(make_random_id_source()), job("job-1", "secret-token-0123", config, clock, *ids) {}
+  FakeClock clock;
+  std::unique_ptr<UniqueIdSource> ids;
+  CoordinatorJob job;
+};
+
+struct JoinOutcome {
+  int calls = 0;
+  Status status;
+  Assignment assignment;
+};
+
+struct WatchOutcome {
+  int calls = 0;
+  Status status;
+  GenerationView view;
+};
+
+struct WaitOutcome {
+  int calls = 0;
+  Status status;
+};
+
+JoinCallback record(const std::shared_ptr<JoinOutcome>& out) {
+  return [out](const Status& s, const Assignment& a) {
+    ++out->calls;
+    out->status = s;
+    out->assignment = a;
+  };
+}
+
+WatchCallback record(const std::shared_ptr<WatchOutcome>& out) {
+  return [out](const Status& s, const GenerationView& v) {
+    ++out->calls;
+    out->status = s;
+    out->view = v;
+  };
+}
+
+WaitCallback record(const std::shared_ptr<WaitOutcome>& out) {
+  return [out](const Status& s) {
+    ++out->calls;
+    out->status = s;
+  };
+}
+
+// Runs call on its own thread and reports whether it returned within 5 s.
+// On a deadlock the thread is detached (it keeps the harness alive through
+// keep_alive) so the test fails instead of hanging.
+::testing::AssertionResult finishes_within(const std::shared_ptr<Harness>& keep_alive, std::function<void()> call) {
+  auto done = std::make_shared<std::promise<void>>();
+  std::future<void> returned = done->get_future();
+  std::thread worker([keep_alive, call = std::move(call), done] {
+    call();
+    done->set_value();
+  });
+  if (returned.wait_for(5s) == std::future_status::ready) {
+    worker.join();
+    return ::testing::AssertionSuccess();
+  }
+  worker.detach();
+  return ::testing::AssertionFailure()
+         << "the call did not return within 5 s: a callback ran under the job's mutex (deadlock)";
+}
+
+class CoordinatorJobTest : public ::testing::Test {
+ protected:
+  void make(int nnodes, int nproc = 2, int max_restarts = 0, Duration node_timeout = 15s) {
+    JobConfig config;
+    config.nnodes = nnodes;
+    config.nproc = nproc;
+    config.max_restarts = max_restarts;
+    config.node_timeout = node_timeout;
+    h = std::make_shared<Harness>(config);
+  }
+  CoordinatorJob& job() { return h->job; }
+  FakeClock& clock() { return h->clock; }
+
+  JoinParams params(const std::string& host, int64_t generation = 0, int node_rank = -1) const {
+    JoinParams p;
+    p.host = host;
+    p.nproc = h->job.config().nproc;
+    p.nnodes = h->job.config().nnodes;
+    p.node_rank = node_rank;
+    p.generation = generation;
+    p.master_port = 29500;
+    return p;
+  }
+  static std::string host(int i) { return "host-" + std::to_string(i); }
+
+  std::shared_ptr<JoinOutcome> join(const JoinParams& p, Duration timeout = 60s) {
+    auto out = std::make_shared<JoinOutcome>();
+    job().join(p, timeout, record(out));
+    return out;
+  }
+
+  // Joins one agent per host, in the order given, and checks that the world formed.
+  std::vector<std::shared_ptr<JoinOutcome>> form_world(const std::vector<std::string>& hosts, int64_t generation = 0) {
+    std::vector<std::shared_ptr<JoinOutcome>> outs;
+    for (const auto& name : hosts) outs.push_back(join(params(name, generation)));
+    for (const auto& o : outs) {
+      EXPECT_EQ(o->calls, 1);
+      EXPECT_TRUE(o->status.ok()) << o->status.message();
+    }
+    return outs;
+  }
+  // host-0 .. host-(nnodes-1), arriving in that order (so node rank i is host-i).
+  std::vector<std::shared_ptr<JoinOutcome>> form_world(int64_t generation = 0) {
+    std::vector<std::string> hosts;
+    for (int i = 0; i < job().config().nnodes; ++i) hosts.push_back(host(i));
+    return form_world(hosts, generation);
+  }
+
+  Status report(int64_t generation, int node, int exit_code, bool stopped = false, int failed_rank = -1,
+                const std::string& description = "") {
+    NodeOutcome o;
+    o.node_rank = node;
+    o.success = exit_code == 0 && !stopped;
+    o.stopped = stopped;
+    o.exit_code = exit_code;
+    o.failed_rank = failed_rank;
+    o.description = description;
+    return job().report_outcome(generation, o);
+  }
+
+  std::shared_ptr<WatchOutcome> watch(int64_t generation, GenerationState known, Duration timeout = 30s) {
+    auto out = std::make_shared<WatchOutcome>();
+    job().watch(generation, known, timeout, record(out));
+    return out;
+  }
+
+  std::shared_ptr<WaitOutcome> kv_wait(int64_t generation, std::vector<std::string> keys, Duration timeout = 30s) {
+    auto out = std::make_shared<WaitOutcome>();
+    job().kv_wait(generation, std::move(keys), timeout, record(out));
+    return out;
+  }
+
+  std::shared_ptr<Harness> h;
+};
+
+// ---------------------------------------------------------------- join
+
+TEST_F(CoordinatorJobTest, TokenMatchesOnlyTheExactToken) {
+  make(1);
+  EXPECT_TRUE(job().token_matches("secret-token-0123"));
+  EXPECT_FALSE(job().token_matches("secret-token-0124"));
+  EXPECT_FALSE(job().token_matches("secret-token-012"));
+  EXPECT_FALSE(job().token_matches(""));
+}
+
+TEST_F(CoordinatorJobTest, JoinIsParkedUntilEveryNodeHasJoined) {
+  make(3);
+  auto a = join(params("a"));
+  auto b = join(params("b"));
+  EXPECT_EQ(a->calls, 0);
+  EXPECT_EQ(b->calls, 0);
+  auto c = join(params("c"));
+  for (const auto& o : {a, b, c}) {
+    EXPECT_EQ(o->calls, 1);
+    EXPECT_TRUE(o->status.ok()) << o->status.message();
+  }
+}
+
+TEST_F(CoordinatorJobTest, JoinAnswersEveryAgentWithItsPlaceInTheWorld) {
+  make(3, 4);
+  auto outs = form_world();
+  for (int i = 0; i < 3; ++i) {
+    const Assignment& a = outs[static_cast<size_t>(i)]->assignment;
+    EXPECT_EQ(a.node_rank, i);
+    EXPECT_EQ(a.rank_start, 4 * i);
+    EXPECT_EQ(a.world_size, 12);
+    EXPECT_EQ(a.nnodes, 3);
+    EXPECT_EQ(a.generation, 0);
+    EXPECT_EQ(a.master_addr, "host-0");
+    EXPECT_EQ(a.master_port, 29500);
+  }
+}
+
+TEST_F(CoordinatorJobTest, JoinHonoursAnExplicitNodeRank) {
+  make(2);
+  auto a = join(params("a"));
+  auto b = join(params("b", 0, 0));
+  EXPECT_EQ(b->assignment.node_rank, 0);
+  EXPECT_EQ(a->assignment.node_rank, 1);
+  EXPECT_EQ(a->assignment.master_addr, "b");
+}
+
+TEST_F(CoordinatorJobTest, JoinAfterTheWorldFormedIsRefused) {
+  make(1);
+  form_world();
+  auto late = join(params("late"));
+  EXPECT_EQ(late->calls, 1);
+  EXPECT_EQ(late->status.code(), StatusCode::kFailedPrecondition);
+}
+
+TEST_F(CoordinatorJobTest, JoinWithAMismatchedWorldIsRefused) {
+  make(2, 4);
+  JoinParams p = params("a");
+  p.nproc = 2;
+  auto o = join(p);
+  EXPECT_EQ(o->status.code(), StatusCode::kFailedPrecondition);
+}
+
+TEST_F(CoordinatorJobTest, JoinForAFinishedJobIsRefused) {
+  make(1);
+  form_world();
+  ASSERT_TRUE(report(0, 0, 0).ok());
+  ASSERT_TRUE(job().finished());
+  auto o = join(params("a", 0));
+  EXPECT_EQ(o->calls, 1);
+  EXPECT_EQ(o->status.code(), StatusCode::kFailedPrecondition);
+  auto next = join(params("a", 1));
+  EXPECT_EQ(next->calls, 1);
+  EXPECT_EQ(next->status.code(), StatusCode::kFailedPrecondition);
+}
+
+TEST_F(CoordinatorJobTest, JoinNotCompletedBeforeItsTimeoutIsRefusedOnTick) {
+  make(2);
+  auto a = join(params("a"), 10s);
+  clock().advance(9s);
+  job().tick();
+  EXPECT_EQ(a->calls, 0);
+  clock().advance(1s);
+  job().tick();
+  EXPECT_EQ(a->calls, 1);
+  EXPECT_EQ(a->status.code(), StatusCode::kDeadlineExceeded);
+}
+
+TEST_F(CoordinatorJobTest, TwoThousandFortyEightAgentsGetContiguousRanks) {
+  constexpr int kNodes = 2048;
+  constexpr int kNproc = 8;
+  make(kNodes, kNproc);
+  std::vector<std::shared_ptr<JoinOutcome>> outs;
+  outs.reserve(kNodes);
+  for (int i = 0; i < kNodes; ++i) outs.push_back(join(params(host(i))));
+  std::set<int> ranks;
+  for (const auto& o : outs) {
+    ASSERT_EQ(o->calls, 1);
+    ASSERT_TRUE(o->status.ok());
+    ranks.insert(o->assignment.node_rank);
+    EXPECT_EQ(o->assignment.rank_start, o->assignment.node_rank * kNproc);
+    EXPECT_EQ(o->assignment.world_size, kNodes * kNproc);
+  }
+  ASSERT_EQ(ranks.size(), static_cast<size_t>(kNodes));
+  EXPECT_EQ(*ranks.begin(), 0);
+  EXPECT_EQ(*ranks.rbegin(), kNodes - 1);
+}
+
+// ---------------------------------------------------------------- heartbeats
+
+TEST_F(CoordinatorJobTest, HeartbeatReportsTheCurrentGeneration) {
+  make(1, 1, 1);
+  form_world();
+  int64_t current = -1;
+  ASSERT_TRUE(job().heartbeat(0, 0, current).ok());
+  EXPECT_EQ(current, 0);
+  ASSERT_TRUE(report(0, 0, 1).ok());  // failure with a restart left
+  ASSERT_TRUE(job().heartbeat(0, 0, current).ok());
+  EXPECT_EQ(current, 1);
+}
+
+TEST_F(CoordinatorJobTest, HeartbeatWithANodeRankOutsideTheWorldIsInvalid) {
+  make(2);
+  int64_t current = -1;
+  EXPECT_EQ(job().heartbeat(2, 0, current).code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(job().heartbeat(-1, 0, current).code(), StatusCode::kInvalidArgument);
+}
+
+TEST_F(CoordinatorJobTest, NoNodeIsLostBeforeNodeTimeout) {
+  make(2, 1, 0, 10s);
+  form_world();
+  clock().advance(10s - 1ms);
+  job().tick();
+  EXPECT_EQ(job().current_view().state, GenerationState::kRunning);
+}
+
+TEST_F(CoordinatorJobTest, NodesAreNotDeclaredLostBeforeTheWorldForms) {
+  make(2, 1, 0, 10s);
+  clock().advance(1h);
+  job().tick();
+  EXPECT_EQ(job().current_view().state, GenerationState::kRunning);
+  EXPECT_FALSE(job().finished());
+}
+
+TEST_F(CoordinatorJobTest, HeartbeatKeepsANodeAlivePastNodeTimeoutWhileASilentNodeIsLost) {
+  make(2, 1, 0, 10s);
+  form_world();
+  int64_t current = 0;
+  for (int i = 0; i < 3; ++i) {
+    clock().advance(6s);
+    ASSERT_TRUE(job().heartbeat(0, 0, current).ok());
+    job().tick();
+  }
+  // 18 s in: node 0 heartbeated 0 s ago, node 1 never.
+  const GenerationView v = job().current_view();
+  EXPECT_EQ(v.state, GenerationState::kStopping);
+  EXPECT_EQ(v.failed_node, 1);
+  EXPECT_NE(v.reason.find("host-1"), std::string::npos) << v.reason;
+  EXPECT_NE(v.reason.find("silent"), std::string::npos) << v.reason;
+  EXPECT_FALSE(job().finished());
+
+  ASSERT_TRUE(report(0, 0, 143, /*stopped=*/true).ok());
+  EXPECT_TRUE(job().finished());
+  EXPECT_EQ(job().current_view().exit_code, kNodeLostExitCode);
+}
+
+TEST_F(CoordinatorJobTest, HeartbeatForAnEarlierGenerationDoesNotKeepANodeAlive) {
+  make(1, 1, 1, 10s);
+  form_world();
+  ASSERT_TRUE(report(0, 0, 1).ok());
+  form_world(1);
+  int64_t current = 0;
+  clock().advance(6s);
+  ASSERT_TRUE(job().heartbeat(0, 0, current).ok());
+  EXPECT_EQ(current, 1);
+  clock().advance(6s);
+  job().tick();
+  EXPECT_TRUE(job().finished());
+  EXPECT_EQ(job().current_view().exit_code, kNodeLostExitCode);
+}
+
+TEST_F(CoordinatorJobTest, EveryNodeSilentFinishesTheJobWithTheNodeLostCode) {
+  make(2, 1, 0, 10s);
+  form_world();
+  clock().advance(10s);
+  job().tick();
+  EXPECT_TRUE(job().finished());
+  const GenerationView v = job().current_view();
+  EXPECT_EQ(v.state, GenerationState::kFinished);
+  EXPECT_EQ(v.exit_code, kNodeLostExitCode);
+  EXPECT_EQ(v.failed_node, 0);
+}
+
+TEST_F(CoordinatorJobTest, ANodeThatReportedIsNotDeclaredLostLater) {
+  make(2, 1, 0, 10s);
+  form_world();
+  ASSERT_TRUE(report(0, 0, 0).ok());  // node 0 done, success
+  int64_t current = 0;
+  clock().advance(8s);
+  ASSERT_TRUE(job().heartbeat(1, 0, current).ok());
+  clock().advance(8s);
+  job().tick();
+  EXPECT_EQ(job().current_view().state, GenerationState::kRunning);
+  ASSERT_TRUE(report(0, 1, 0).ok());
+  EXPECT_TRUE(job().finished());
+  EXPECT_EQ(job().current_view().exit_code, 0);
+}
+
+// ---------------------------------------------------------------- outcomes and verdict
+
+TEST_F(CoordinatorJobTest, AllNodesSucceedingFinishesTheJobWithZero) {
+  make(2);
+  form_world();
+  ASSERT_TRUE(report(0, 0, 0).ok());
+  EXPECT_FALSE(job().finished());
+  EXPECT_EQ(job().current_view().state, GenerationState::kRunning);
+  ASSERT_TRUE(report(0, 1, 0).ok());
+  EXPECT_TRUE(job().finished());
+  const GenerationView v = job().current_view();
+  EXPECT_EQ(v.state, GenerationState::kFinished);
+  EXPECT_EQ(v.exit_code, 0);
+  EXPECT_EQ(v.failed_node, -1);
+}
+
+TEST_F(CoordinatorJobTest, FirstFailureStopsTheGenerationAndNamesTheRootCause) {
+  make(3);
+  form_world();
+  ASSERT_TRUE(report(0, 2, 9, false, 17, "rank 17 exited with code 9").ok());
+  const GenerationView v = job().current_view();
+  EXPECT_EQ(v.state, GenerationState::kStopping);
+  EXPECT_EQ(v.failed_node, 2);
+  EXPECT_EQ(v.failed_rank, 17);
+  EXPECT_EQ(v.reason, "rank 17 exited with code 9");
+  EXPECT_FALSE(job().finished());
+}
+
+TEST_F(CoordinatorJobTest, FailureWithNoRestartsLeftFinishesWithTheRootCausesExitCode) {
+  make(2);
+  form_world();
+  ASSERT_TRUE(report(0, 1, 7).ok());
+  ASSERT_TRUE(report(0, 0, 143, /*stopped=*/true).ok());
+  EXPECT_TRUE(job().finished());
+  const GenerationView v = job().current_view();
+  EXPECT_EQ(v.exit_code, 7);
+  EXPECT_EQ(v.failed_node, 1);
+  EXPECT_EQ(v.generation, 0);
+}
+
+TEST_F(CoordinatorJobTest, StoppedOutcomeIsNotARootCause) {
+  make(2);
+  form_world();
+  ASSERT_TRUE(report(0, 0, 143, /*stopped=*/true).ok());
+  EXPECT_EQ(job().current_view().state, GenerationState::kRunning);
+  EXPECT_EQ(job().current_view().failed_node, -1);
+  ASSERT_TRUE(report(0, 1, 7).ok());
+  EXPECT_TRUE(job().finished());
+  EXPECT_EQ(job().current_view().exit_code, 7);
+  EXPECT_EQ(job().current_view().failed_node, 1);
+}
+
+TEST_F(CoordinatorJobTest, OnlyStoppedOutcomesFinishTheJobWithZero) {
+  make(1);
+  form_world();
+  ASSERT_TRUE(report(0, 0, 143, /*stopped=*/true).ok());
+  EXPECT_TRUE(job().finished());
+  EXPECT_EQ(job().current_view().exit_code, 0);
+}
+
+TEST_F(CoordinatorJobTest, TheFirstFailureRemainsTheRootCause) {
+  make(2);
+  form_world();
+  ASSERT_TRUE(report(0, 1, 3).ok());
+  ASSERT_TRUE(report(0, 0, 5).ok());
+  EXPECT_TRUE(job().finished());
+  EXPECT_EQ(job().current_view().exit_code, 3);
+  EXPECT_EQ(job().current_view().failed_node, 1);
+}
+
+TEST_F(CoordinatorJobTest, ASecondReportFromTheSameNodeIsIgnored) {
+  make(2);
+  form_world();
+  ASSERT_TRUE(report(0, 0, 0).ok());
+  ASSERT_TRUE(report(0, 0, 9).ok());
+  EXPECT_EQ(job().current_view().state, GenerationState::kRunning);
+  ASSERT_TRUE(report(0, 1, 0).ok());
+  EXPECT_EQ(job().current_view().exit_code, 0);
+}
+
+TEST_F(CoordinatorJobTest, ReportBeforeTheWorldFormsIsRefused) {
+  make(2);
+  EXPECT_EQ(report(0, 0, 1).code(), StatusCode::kFailedPrecondition);
+}
+
+TEST_F(CoordinatorJobTest, ReportForAnotherGenerationIsRefused) {
+  make(1);
+  form_world();
+  EXPECT_EQ(report(1, 0, 1).code(), StatusCode::kFailedPrecondition);
+  EXPECT_FALSE(job().finished());
+}
+
+TEST_F(CoordinatorJobTest, ReportWithANodeRankOutsideTheWorldIsInvalid) {
+  make(2);
+  form_world();
+  EXPECT_EQ(report(0, 2, 1).code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(report(0, -1, 1).code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(job().current_view().state, GenerationState::kRunning);
+}
+
+// ---------------------------------------------------------------- restarts
+
+TEST_F(CoordinatorJobTest, FailureWithARestartLeftOpensTheNextGeneration) {
+  make(2, 2, 1);
+  form_world();
+  ASSERT_TRUE(report(0, 0, 1).ok());
+  ASSERT_TRUE(report(0, 1, 143, true).ok());
+  EXPECT_FALSE(job().finished());
+  const GenerationView v = job().current_view();
+  EXPECT_EQ(v.generation, 1);
+  EXPECT_EQ(v.state, GenerationState::kRunning);
+
+  auto outs = form_world({host(0), host(1)}, 1);
+  EXPECT_EQ(outs[0]->assignment.generation, 1);
+}
+
+TEST_F(CoordinatorJobTest, ARestartedGenerationDoesNotCarryThePreviousFailure) {
+  make(2, 2, 1);
+  form_world();
+  ASSERT_TRUE(report(0, 1, 1, false, 3, "rank 3 failed").ok());
+  ASSERT_TRUE(report(0, 0, 143, true).ok());
+  const GenerationView v = job().current_view();
+  ASSERT_EQ(v.generation, 1);
+  EXPECT_EQ(v.failed_node, -1);
+  EXPECT_EQ(v.failed_rank, -1);
+  EXPECT_EQ(v.reason, "");
+}
+
+TEST_F(CoordinatorJobTest, RestartKeepsEveryHostsNodeRank) {
+  make(3, 1, 1);
+  form_world();
+  ASSERT_TRUE(report(0, 0, 1).ok());
+  ASSERT_TRUE(report(0, 1, 143, true).ok());
+  ASSERT_TRUE(report(0, 2, 143, true).ok());
+  auto outs = form_world({host(2), host(0), host(1)}, 1);
+  EXPECT_EQ(outs[0]->assignment.node_rank, 2);
+  EXPECT_EQ(outs[1]->assignment.node_rank, 0);
+  EXPECT_EQ(outs[2]->assignment.node_rank, 1);
+  EXPECT_EQ(outs[0]->assignment.master_addr, host(0));
+}
+
+TEST_F(CoordinatorJobTest, RestartEmptiesTheKeyValueStore) {
+  make(1, 1, 1);
+  form_world();
+  ASSERT_TRUE(job().kv_set(0, "k", "v").ok());
+  ASSERT_TRUE(report(0, 0, 1).ok());
+  std::optional<std::string> value = std::string("sentinel");
+  ASSERT_TRUE(job().kv_get(1, "k", value).ok());
+  EXPECT_FALSE(value.has_value());
+}
+
+TEST_F(CoordinatorJobTest, RestartGivesNewNcclIds) {
+  make(1, 1, 1);
+  form_world();
+  std::string before, after;
+  ASSERT_TRUE(job().nccl_id(0, "world", before).ok());
+  ASSERT_TRUE(report(0, 0, 1).ok());
+  ASSERT_TRUE(job().nccl_id(1, "world", after).ok());
+  EXPECT_EQ(after.size(), kUniqueIdBytes);
+  EXPECT_NE(before, after);
+}
+
+TEST_F(CoordinatorJobTest, CallsForTheEndedGenerationAreRefusedAfterARestart) {
+  make(1, 1, 1);
+  form_world();
+  ASSERT_TRUE(report(0, 0, 1).ok());
+  std::string id;
+  std::optional<std::string> value;
+  EXPECT_EQ(job().kv_set(0, "k", "v").code(), StatusCode::kFailedPrecondition);
+  EXPECT_EQ(job().kv_get(0, "k", value).code(), StatusCode::kFailedPrecondition);
+  EXPECT_EQ(job().nccl_id(0, "world", id).code(), StatusCode::kFailedPrecondition);
+  EXPECT_EQ(report(0, 0, 1).code(), StatusCode::kFailedPrecondition);
+  auto stale = join(params("host-0", 0));
+  EXPECT_EQ(stale->status.code(), StatusCode::kFailedPrecondition);
+}
+
+TEST_F(CoordinatorJobTest, JobFinishesOnceTheRestartsAreSpent) {
+  make(1, 1, 2);
+  for (int64_t gen = 0; gen < 3; ++gen) {
+    form_world({host(0)}, gen);
+    EXPECT_FALSE(job().finished());
+    ASSERT_TRUE(report(gen, 0, 10 + static_cast<int>(gen)).ok());
+  }
+  EXPECT_TRUE(job().finished());
+  const GenerationView v = job().current_view();
+  EXPECT_EQ(v.generation, 2);
+  EXPECT_EQ(v.exit_code, 12);
+}
+
+TEST_F(CoordinatorJobTest, SuccessAfterARestartFinishesWithZero) {
+  make(2, 1, 1);
+  form_world();
+  ASSERT_TRUE(report(0, 0, 1).ok());
+  ASSERT_TRUE(report(0, 1, 143, true).ok());
+  form_world(1);
+  ASSERT_TRUE(report(1, 0, 0).ok());
+  ASSERT_TRUE(report(1, 1, 0).ok());
+  EXPECT_TRUE(job().finished());
+  EXPECT_EQ(job().current_view().exit_code, 0);
+  EXPECT_EQ(job().current_view().generation, 1);
+}
+
+TEST_F(CoordinatorJobTest, SuccessDoesNotSpendARestart) {
+  make(1, 1, 5);
+  form_world();
+  ASSERT_TRUE(report(0, 0, 0).ok());
+  EXPECT_TRUE(job().finished());
+  EXPECT_EQ(job().current_view().generation, 0);
+}
+
+// ---------------------------------------------------------------- watch
+
+TEST_F(CoordinatorJobTest, WatchIsAnsweredAtOnceWhenTheStateAlreadyDiffers) {
+  make(2);
+  form_world();
+  ASSERT_TRUE(report(0, 0, 4).ok());
+  auto w = watch(0, GenerationState::kRunning);
+  EXPECT_EQ(w->calls, 1);
+  EXPECT_TRUE(w->status.ok());
+  EXPECT_EQ(w->view.state, GenerationState::kStopping);
+}
+
+TEST_F(CoordinatorJobTest, WatchParkedOnRunningIsAnsweredWithStoppingWhenAnotherNodeFails) {
+  make(2);
+  form_world();
+  auto w = watch(0, GenerationState::kRunning, 30s);
+  EXPECT_EQ(w->calls, 0);
+  ASSERT_TRUE(report(0, 1, 6, false, 2, "rank 2 died").ok());
+  EXPECT_EQ(w->calls, 1);
+  EXPECT_TRUE(w->status.ok());
+  EXPECT_EQ(w->view.generation, 0);
+  EXPECT_EQ(w->view.state, GenerationState::kStopping);
+  EXPECT_EQ(w->view.failed_node, 1);
+  EXPECT_EQ(w->view.failed_rank, 2);
+  EXPECT_EQ(w->view.reason, "rank 2 died");
+}
+
+TEST_F(CoordinatorJobTest, WatchParkedOnRunningIsAnsweredWithStoppingWhenANodeIsLost) {
+  make(2, 1, 0, 10s);
+  form_world();
+  auto w = watch(0, GenerationState::kRunning, 60s);
+  int64_t current = 0;
+  clock().advance(6s);
+  ASSERT_TRUE(job().heartbeat(0, 0, current).ok());
+  clock().advance(6s);
+  job().tick();
+  EXPECT_EQ(w->calls, 1);
+  EXPECT_EQ(w->view.state, GenerationState::kStopping);
+  EXPECT_EQ(w->view.failed_node, 1);
+}
+
+TEST_F(CoordinatorJobTest, WatchParkedOnRunningIsAnsweredWithFinishedWhenAllSucceed) {
+  make(1);
+  form_world();
+  auto w = watch(0, GenerationState::kRunning);
+  ASSERT_TRUE(report(0, 0, 0).ok());
+  EXPECT_EQ(w->calls, 1);
+  EXPECT_EQ(w->view.state, GenerationState::kFinished);
+  EXPECT_EQ(w->view.exit_code, 0);
+}
+
+TEST_F(CoordinatorJobTest, WatchParkedOnStoppingIsAnsweredWithFinishedAndTheExitCode) {
+  make(2);
+  form_world();
+  ASSERT_TRUE(report(0, 0, 42).ok());
+  auto w = watch(0, GenerationState::kStopping);
+  EXPECT_EQ(w->calls, 0);
+  ASSERT_TRUE(report(0, 1, 143, true).ok());
+  EXPECT_EQ(w->calls, 1);
+  EXPECT_EQ(w->view.state, GenerationState::kFinished);
+  EXPECT_EQ(w->view.exit_code, 42);
+  EXPECT_EQ(w->view.failed_node, 0);
+}
+
+TEST_F(CoordinatorJobTest, WatchParkedOnStoppingIsAnsweredWithRestartingWhenTheJobRestarts) {
+  make(2, 1, 1);
+  form_world();
+  ASSERT_TRUE(report(0, 0, 42).ok());
+  auto w = watch(0, GenerationState::kStopping);
+  ASSERT_TRUE(report(0, 1, 143, true).ok());
+  EXPECT_EQ(w->calls, 1);
+  EXPECT_EQ(w->view.generation, 0);
+  EXPECT_EQ(w->view.state, GenerationState::kRestarting);
+}
+
+TEST_F(CoordinatorJobTest, WatchOfAnEndedGenerationSeesRestarting) {
+  make(1, 1, 1);
+  form_world();
+  ASSERT_TRUE(report(0, 0, 1).ok());
+  auto w = watch(0, GenerationState::kStopping);
+  EXPECT_EQ(w->calls, 1);
+  EXPECT_EQ(w->view.state, GenerationState::kRestarting);
+}
+
+TEST_F(CoordinatorJobTest, WatchWithNoChangeIsAnsweredWithTheUnchangedStateAfterItsTimeout) {
+  make(2);
+  form_world();
+  auto w = watch(0, GenerationState::kRunning, 5s);
+  clock().advance(4s);
+  job().tick();
+  EXPECT_EQ(w->calls, 0);
+  clock().advance(1s);
+  job().tick();
+  EXPECT_EQ(w->calls, 1);
+  EXPECT_TRUE(w->status.ok());
+  EXPECT_EQ(w->view.state, GenerationState::kRunning);
+  // Answered once only.
+  ASSERT_TRUE(report(0, 0, 1).ok());
+  EXPECT_EQ(w->calls, 1);
+}
+
+// ---------------------------------------------------------------- key-value store
+
+TEST_F(CoordinatorJobTest, KvSetThenGetRoundTripsWithinTheGeneration) {
+  make(1);
+  ASSERT_TRUE(job().kv_set(0, "k", "v").ok());
+  std::optional<std::string> value;
+  ASSERT_TRUE(job().kv_get(0, "k", value).ok());
+  ASSERT_TRUE(value.has_value());
+  EXPECT_EQ(*value, "v");
+  ASSERT_TRUE(job().kv_get(0, "absent", value).ok());
+  EXPECT_FALSE(value.has_value());
+}
+
+TEST_F(CoordinatorJobTest, KvAddCompareSetAndDeletePrefixWorkThroughTheJob) {
+  make(1);
+  int64_t sum = 0;
+  ASSERT_TRUE(job().kv_add(0, "n", 2, sum).ok());
+  ASSERT_TRUE(job().kv_add(0, "n", 3, sum).ok());
+  EXPECT_EQ(sum, 5);
+
+  ASSERT_TRUE(job().kv_set(0, "text", "abc").ok());
+  EXPECT_EQ(job().kv_add(0, "text", 1, sum).code(), StatusCode::kInvalidArgument);
+
+  bool swapped = false;
+  std::string current;
+  ASSERT_TRUE(job().kv_compare_set(0, "cas", std::nullopt, "x", swapped, current).ok());
+  EXPECT_TRUE(swapped);
+  ASSERT_TRUE(job().kv_compare_set(0, "cas", std::string("y"), "z", swapped, current).ok());
+  EXPECT_FALSE(swapped);
+  EXPECT_EQ(current, "x");
+
+  ASSERT_TRUE(job().kv_set(0, "p/1", "").ok());
+  ASSERT_TRUE(job().kv_set(0, "p/2", "").ok());
+  int64_t deleted = 0;
+  ASSERT_TRUE(job().kv_delete_prefix(0, "p/", deleted).ok());
+  EXPECT_EQ(deleted, 2);
+}
+
+TEST_F(CoordinatorJobTest, KvCallsForAnotherGenerationAreRefused) {
+  make(1);
+  std::optional<std::string> value;
+  int64_t n = 0;
+  bool swapped = false;
+  std::string current;
+  EXPECT_EQ(job().kv_set(1, "k", "v").code(), StatusCode::kFailedPrecondition);
+  EXPECT_EQ(job().kv_get(1, "k", value).code(), StatusCode::kFailedPrecondition);
+  EXPECT_EQ(job().kv_add(1, "k", 1, n).code(), StatusCode::kFailedPrecondition);
+  EXPECT_EQ(job().kv_compare_set(1, "k", std::nullopt, "v", swapped, current).code(),
+            StatusCode::kFailedPrecondition);
+  EXPECT_EQ(job().kv_delete_prefix(1, "k", n).code(), StatusCode::kFailedPrecondition);
+  auto w = kv_wait(1, {"k"});
+  EXPECT_EQ(w->calls, 1);
+  EXPECT_EQ(w->status.code(), StatusCode::kFailedPrecondition);
+}
+
+TEST_F(CoordinatorJobTest, KvCallsAfterTheJobFinishedAreRefused) {
+  make(1);
+  form_world();
+  ASSERT_TRUE(report(0, 0, 0).ok());
+  EXPECT_EQ(job().kv_set(0, "k", "v").code(), StatusCode::kFailedPrecondition);
+  std::string id;
+  EXPECT_EQ(job().nccl_id(0, "world", id).code(), StatusCode::kFailedPrecondition);
+}
+
+TEST_F(CoordinatorJobTest, KvWaitIsReleasedByAnotherCallersSet) {
+  make(1);
+  auto w = kv_wait(0, {"a", "b"});
+  ASSERT_TRUE(job().kv_set(0, "a", "1").ok());
+  EXPECT_EQ(w->calls, 0);
+  ASSERT_TRUE(job().kv_set(0, "b", "2").ok());
+  EXPECT_EQ(w->calls, 1);
+  EXPECT_TRUE(w->status.ok());
+}
+
+TEST_F(CoordinatorJobTest, KvWaitOnPresentKeysIsAnsweredAtOnce) {
+  make(1);
+  ASSERT_TRUE(job().kv_set(0, "a", "1").ok());
+  auto w = kv_wait(0, {"a"});
+  EXPECT_EQ(w->calls, 1);
+  EXPECT_TRUE(w->status.ok());
+}
+
+TEST_F(CoordinatorJobTest, KvWaitTimesOutOnTick) {
+  make(1);
+  auto w = kv_wait(0, {"never"}, 5s);
+  clock().advance(4s);
+  job().tick();
+  EXPECT_EQ(w->calls, 0);
+  clock().advance(1s);
+  job().tick();
+  EXPECT_EQ(w->calls, 1);
+  EXPECT_EQ(w->status.code(), StatusCode::kDeadlineExceeded);
+}
+
+TEST_F(CoordinatorJobTest, WaitsOfAGenerationAreAbortedWhenTheJobFinishes) {
+  make(2);
+  form_world();
+  auto w = kv_wait(0, {"never"}, 1h);
+  ASSERT_TRUE(report(0, 0, 5).ok());
+  EXPECT_EQ(w->calls, 0);  // the generation is stopping, not over
+  ASSERT_TRUE(report(0, 1, 143, true).ok());
+  EXPECT_EQ(w->calls, 1);
+  EXPECT_EQ(w->status.code(), StatusCode::kAborted);
+}
+
+TEST_F(CoordinatorJobTest, WaitsOfAGenerationAreAbortedWhenItRestarts) {
+  make(1, 1, 1);
+  form_world();
+  auto w = kv_wait(0, {"never"}, 1h);
+  auto b = std::make_shared<WaitOutcome>();
+  job().barrier(0, "sync", 2, 1h, record(b));
+  ASSERT_TRUE(report(0, 0, 1).ok());
+  EXPECT_EQ(w->calls, 1);
+  EXPECT_EQ(w->status.code(), StatusCode::kAborted);
+  EXPECT_EQ(b->calls, 1);
+  EXPECT_EQ(b->status.code(), StatusCode::kAborted);
+  // And the new generation's waits are untouched by the old one's end.
+  auto fresh = kv_wait(1, {"k"}, 1h);
+  ASSERT_TRUE(job().kv_set(1, "k", "v").ok());
+  EXPECT_EQ(fresh->calls, 1);
+  EXPECT_TRUE(fresh->status.ok());
+}
+
+// ---------------------------------------------------------------- barrier
+
+TEST_F(CoordinatorJobTest, BarrierCompletesWhenTheLastParticipantEnters) {
+  make(1);
+  std::vector<std::shared_ptr<WaitOutcome>> outs;
+  for (int i = 0; i < 3; ++i) {
+    outs.push_back(std::make_shared<WaitOutcome>());
+    job().barrier(0, "init", 3, 30s, record(outs.back()));
+    if (i < 2) {
+      for (const auto& o : outs) EXPECT_EQ(o->calls, 0);
+    }
+  }
+  for (const auto& o : outs) {
+    EXPECT_EQ(o->calls, 1);
+    EXPECT_TRUE(o->status.ok()) << o->status.message();
+  }
+}
+
+TEST_F(CoordinatorJobTest, BarriersWithDifferentNamesAreIndependent) {
+  make(1);
+  auto a = std::make_shared<WaitOutcome>();
+  auto b = std::make_shared<WaitOutcome>();
+  job().barrier(0, "a", 2, 30s, record(a));
+  job().barrier(0, "b", 2, 30s, record(b));
+  EXPECT_EQ(a->calls, 0);
+  EXPECT_EQ(b->calls, 0);
+}
+
+TEST_F(CoordinatorJobTest, BarrierWithMissingParticipantsTimesOutOnTick) {
+  make(1);
+  auto a = std::make_shared<WaitOutcome>();
+  job().barrier(0, "init", 2, 5s, record(a));
+  clock().advance(5s);
+  job().tick();
+  EXPECT_EQ(a->calls, 1);
+  EXPECT_EQ(a->status.code(), StatusCode::kDeadlineExceeded);
+}
+
+TEST_F(CoordinatorJobTest, BarrierForAnotherGenerationIsRefused) {
+  make(1);
+  auto a = std::make_shared<WaitOutcome>();
+  job().barrier(3, "init", 1, 5s, record(a));
+  EXPECT_EQ(a->calls, 1);
+  EXPECT_EQ(a->status.code(), StatusCode::kFailedPrecondition);
+}
+
+// ---------------------------------------------------------------- NCCL IDs
+
+TEST_F(CoordinatorJobTest, NcclIdIsTheSameBytesForEveryCallerOfAKey) {
+  make(1);
+  std::string first, second;
+  ASSERT_TRUE(job().nccl_id(0, "world", first).ok());
+  ASSERT_TRUE(job().nccl_id(0, "world", second).ok());
+  EXPECT_EQ(first.size(), kUniqueIdBytes);
+  EXPECT_EQ(first, second);
+}
+
+TEST_F(CoordinatorJobTest, NcclIdDiffersBetweenCommKeys) {
+  make(1);
+  std::string world, pipeline;
+  ASSERT_TRUE(job().nccl_id(0, "world", world).ok());
+  ASSERT_TRUE(job().nccl_id(0, "pp/0", pipeline).ok());
+  EXPECT_NE(world, pipeline);
+}
+
+TEST_F(CoordinatorJobTest, NcclIdForAnotherGenerationIsRefused) {
+  make(1);
+  std::string id;
+  EXPECT_EQ(job().nccl_id(1, "world", id).code(), StatusCode::kFailedPrecondition);
+}
+
+// ---------------------------------------------------------------- callbacks never under the mutex
+
+TEST_F(CoordinatorJobTest, JoinCallbacksMayCallBackIntoTheJob) {
+  make(2);
+  CoordinatorJob* j = &job();
+  auto reentered = std::make_shared<std::atomic<int>>(0);
+  auto callback = [j, reentered](const Status& s, const Assignment& a) {
+    if (!s.ok()) return;
+    int64_t current = -1;
+    if (j->heartbeat(a.node_rank, a.generation, current).ok() && j->current_view().generation == 0) ++*reentered;
+  };
+  j->join(params("a"), 60s, callback);
+  const JoinParams last = params("b");
+  ASSERT_TRUE(finishes_within(h, [j, last, callback] { j->join(last, 60s, callback); }));
+  EXPECT_EQ(reentered->load(), 2);
+}
+
+TEST_F(CoordinatorJobTest, RefusedJoinCallbackMayCallBackIntoTheJob) {
+  make(1);
+  form_world();
+  ASSERT_TRUE(report(0, 0, 0).ok());
+  CoordinatorJob* j = &job();
+  auto saw_finished = std::make_shared<std::atomic<bool>>(false);
+  const JoinParams p = params("late");
+  ASSERT_TRUE(finishes_within(h, [j, p, saw_finished] {
+    j->join(p, 60s, [j, saw_finished](const Status& s, const Assignment&) {
+      if (!s.ok()) *saw_finished = j->finished();
+    });
+  }));
+  EXPECT_TRUE(saw_finished->load());
+}
+
+TEST_F(CoordinatorJobTest, KvWaitCallbackMayCallBackIntoTheJob) {
+  make(1);
+  CoordinatorJob* j = &job();
+  auto seen = std::make_shared<std::string>();
+  j->kv_wait(0, {"k"}, 30s, [j, seen](const Status& s) {
+    std::optional<std::string> v;
+    if (s.ok() && j->kv_get(0, "k", v).ok() && v) *seen = *v;
+    j->kv_set(0, "ack", "1");
+  });
+  ASSERT_TRUE(finishes_within(h, [j] { j->kv_set(0, "k", "value"); }));
+  EXPECT_EQ(*seen, "value");
+  std::optional<std::string> ack;
+  ASSERT_TRUE(job().kv_get(0, "ack", ack).ok());
+  EXPECT_TRUE(ack.has_value());
+}
+
+TEST_F(CoordinatorJobTest, KvWaitAnsweredAtOnceMayCallBackIntoTheJob) {
+  make(1);
+  ASSERT_TRUE(job().kv_set(0, "k", "v").ok());
+  CoordinatorJob* j = &job();
+  auto calls = std::make_shared<std::atomic<int>>(0);
+  ASSERT_TRUE(finishes_within(h, [j, calls] {
+    j->kv_wait(0, {"k"}, 30s, [j, calls](const Status&) {
+      j->kv_set(0, "again", "1");
+      ++*calls;
+    });
+    j->kv_wait(7, {"k"}, 30s, [j, calls](const Status&) {  // refused: wrong generation
+      j->current_view();
+      ++*calls;
+    });
+  }));
+  EXPECT_EQ(calls->load(), 2);
+}
+
+TEST_F(CoordinatorJobTest, BarrierCallbackMayCallBackIntoTheJob) {
+  make(1);
+  CoordinatorJob* j = &job();
+  auto released = std::make_shared<std::atomic<int>>(0);
+  auto callback = [j, released](const Status& s) {
+    int64_t n = 0;
+    if (s.ok() && j->kv_add(0, "released", 1, n).ok()) ++*released;
+  };
+  j->barrier(0, "b", 2, 30s, callback);
+  ASSERT_TRUE(finishes_within(h, [j, callback] { j->barrier(0, "b", 2, 30s, callback); }));
+  EXPECT_EQ(released->load(), 2);
+}
+
+TEST_F(CoordinatorJobTest, WatchCallbackMayCallBackIntoTheJob) {
+  make(2);
+  form_world();
+  CoordinatorJob* j = &job();
+  auto seen = std::make_shared<std::atomic<int>>(0);
+  auto callback = [j, seen](const Status&, const GenerationView& v) {
+    if (j->current_view().state == v.state) ++*seen;
+  };
+  j->watch(0, GenerationState::kRunning, 30s, callback);  // parked
+  NodeOutcome failure;
+  failure.node_rank = 1;
+  failure.exit_code = 3;
+  ASSERT_TRUE(finishes_within(h, [j, failure] { j->report_outcome(0, failure); }));
+  EXPECT_EQ(seen->load(), 1);
+  // Answered at once (the state already differs).
+  ASSERT_TRUE(finishes_within(h, [j, callback] { j->watch(0, GenerationState::kRunning, 30s, callback); }));
+  EXPECT_EQ(seen->load(), 2);
+}
+
+TEST_F(CoordinatorJobTest, CallbacksEndedByTheGenerationsEndMayCallBackIntoTheJob) {
+  make(2);
+  form_world();
+  CoordinatorJob* j = &job();
+  auto aborted = std::make_shared<std::atomic<bool>>(false);
+  auto finished_watch = std::make_shared<std::atomic<bool>>(false);
+  j->kv_wait(0, {"never"}, 1h, [j, aborted](const Status& s) {
+    if (s.code() == StatusCode::kAborted) *aborted = j->finished();
+  });
+  ASSERT_TRUE(report(0, 0, 9).ok());
+  j->watch(0, GenerationState::kStopping, 1h, [j, finished_watch](const Status&, const GenerationView& v) {
+    if (v.state == GenerationState::kFinished) *finished_watch = j->finished();
+  });
+  NodeOutcome stopped;
+  stopped.node_rank = 1;
+  stopped.stopped = true;
+  stopped.exit_code = 143;
+  ASSERT_TRUE(finishes_within(h, [j, stopped] { j->report_outcome(0, stopped); }));
+  EXPECT_TRUE(aborted->load());
+  EXPECT_TRUE(finished_watch->load());
+}
+
+TEST_F(CoordinatorJobTest, CallbacksRunByTickMayCallBackIntoTheJob) {
+  make(3, 1, 0, 10s);
+  CoordinatorJob* j = &job();
+  auto calls = std::make_shared<std::atomic<int>>(0);
+  // A wait that will time out, and a watch whose state changes when tick
+  // declares the silent nodes lost.
+  j->kv_wait(0, {"never"}, 5s, [j, calls](const Status& s) {
+    std::optional<std::string> v;
+    if (s.code() == StatusCode::kDeadlineExceeded && j->kv_get(0, "never", v).ok()) ++*calls;
+  });
+  clock().advance(5s);
+  ASSERT_TRUE(finishes_within(h, [j] { j->tick(); }));
+  EXPECT_EQ(calls->load(), 1);
+
+  // The world forms; every node goes silent; tick ends the job.
+  form_world();
+  j->watch(0, GenerationState::kRunning, 1h, [j, calls](const Status&, const GenerationView& v) {
+    if (v.state != GenerationState::kRunning) {
+      j->finished();
+      ++*calls;
+    }
+  });
+  j->watch(0, GenerationState::kRunning, 1s, [j, calls](const Status&, const GenerationView&) {
+    int64_t current = 0;
+    j->heartbeat(0, 0, current);
+    ++*calls;
+  });
+  clock().advance(10s);
+  ASSERT_TRUE(finishes_within(h, [j] { j->tick(); }));
+  EXPECT_EQ(calls->load(), 3);
+  EXPECT_TRUE(job().finished());
+}
+
+TEST_F(CoordinatorJobTest, RendezvousTimeoutEndsTheJobAndItsCallbackMayCallBackIn) {
+  make(3, 1, 0, 10s);
+  CoordinatorJob* j = &job();
+  auto calls = std::make_shared<std::atomic<int>>(0);
+  j->join(params("alone"), 5s, [j, calls](const Status& s, const Assignment&) {
+    if (s.code() == StatusCode::kDeadlineExceeded) {
+      j->current_view();
+      ++*calls;
+    }
+  });
+  clock().advance(5s);
+  ASSERT_TRUE(finishes_within(h, [j] { j->tick(); }));
+  EXPECT_EQ(calls->load(), 1);
+  EXPECT_TRUE(job().finished());
+  EXPECT_EQ(job().current_view().exit_code, kRendezvousFailedExitCode);
+}
+
+// Agents on many threads: joins, barrier and outcomes complete without a lost
+// wake-up or a deadlock.
+TEST_F(CoordinatorJobTest, ConcurrentAgentsFormTheWorldPassABarrierAndFinish) {
+  constexpr int kNodes = 16;
+  make(kNodes, 1);
+  CoordinatorJob* j = &job();
+  auto ranks = std::make_shared<std::vector<int>>(kNodes, -1);
+  std::vector<JoinParams> joins;
+  for (int i = 0; i < kNodes; ++i) joins.push_back(params(host(i)));
+  ASSERT_TRUE(finishes_within(h, [j, ranks, joins] {
+    std::vector<std::thread> agents;
+    for (int i = 0; i < kNodes; ++i) {
+      agents.emplace_back([j, p = joins[static_cast<size_t>(i)], i, ranks] {
+        // Shared promises: the callback may run on another agent's thread.
+        auto joined = std::make_shared<std::promise<Assignment>>();
+        std::future<Assignment> assignment = joined->get_future();
+        j->join(p, 60s, [joined](const Status&, const Assignment& a) { joined->set_value(a); });
+        const Assignment a = assignment.get();
+        (*ranks)[static_cast<size_t>(i)] = a.node_rank;
+        auto passed = std::make_shared<std::promise<Status>>();
+        std::future<Status> barrier = passed->get_future();
+        j->barrier(0, "start", kNodes, 60s, [passed](const Status& s) { passed->set_value(s); });
+        if (!barrier.get().ok()) return;
+        NodeOutcome done;
+        done.node_rank = a.node_rank;
+        done.success = true;
+        j->report_outcome(0, done);
+      });
+    }
+    for (auto& t : agents) t.join();
+  }));
+  std::set<int> unique(ranks->begin(), ranks->end());
+  EXPECT_EQ(unique.size(), static_cast<size_t>(kNodes));
+  EXPECT_EQ(*unique.begin(), 0);
+  EXPECT_TRUE(job().finished());
+  EXPECT_EQ(job().current_view().exit_code, 0);
+}
+
+}  // namespace
+}  // namespace ddp
