@@ -6,9 +6,11 @@
 
 #include <cstdio>
 #include <exception>
+#include <string>
 
 #include "cli/launch_options.h"
 #include "cli/launch_plan.h"
+#include "cli/serve_command.h"
 #include "cli/usage_error.h"
 #include "ddp/common/logging.h"
 #include "exit_codes.h"
@@ -20,6 +22,8 @@ int main(int argc, char** argv) {
   using namespace ddp;
   // Before any thread or child exists: signals are read through a signalfd.
   block_handled_signals();
+  // A program named like a subcommand can still be run as ./serve.
+  if (argc > 1 && std::string(argv[1]) == "serve") return run_serve_command(argc - 1, argv + 1);
 
   LaunchPlan plan;
   try {

@@ -23,12 +23,6 @@ int pending_stop_signal() {
   return 0;
 }
 
-// Sleeps in small steps so a stopping thread is joined quickly.
-void sleep_unless(const std::atomic<bool>& stop, Duration d) {
-  const auto until = std::chrono::steady_clock::now() + d;
-  while (!stop.load() && std::chrono::steady_clock::now() < until) std::this_thread::sleep_for(20ms);
-}
-
 }  // namespace
 
 AgentSession::AgentSession(AgentSettings settings, int wakeup_fd)
@@ -75,7 +69,11 @@ void AgentSession::start_threads(int64_t generation) {
 }
 
 void AgentSession::stop_threads() {
-  threads_stop_ = true;
+  {
+    std::lock_guard<std::mutex> lock(sleep_mutex_);
+    threads_stop_ = true;
+  }
+  wake_threads_.notify_all();
   {
     std::lock_guard<std::mutex> lock(watch_mutex_);
     if (watch_call_ != nullptr) watch_call_->TryCancel();
@@ -108,7 +106,8 @@ void AgentSession::heartbeat_loop(int64_t generation) {
                                std::chrono::duration<double>(now - last_ok).count(), s.message()));
       return;
     }
-    sleep_unless(threads_stop_, settings_.heartbeat_interval);
+    std::unique_lock<std::mutex> lock(sleep_mutex_);
+    wake_threads_.wait_for(lock, settings_.heartbeat_interval, [this] { return threads_stop_.load(); });
   }
 }
 
@@ -128,7 +127,9 @@ void AgentSession::watch_loop(int64_t generation) {
     }
     if (threads_stop_.load()) return;
     if (!s.ok()) {
-      sleep_unless(threads_stop_, 200ms);  // the heartbeat thread judges reachability
+      // The heartbeat thread judges reachability; just poll again shortly.
+      std::unique_lock<std::mutex> lock(sleep_mutex_);
+      wake_threads_.wait_for(lock, 200ms, [this] { return threads_stop_.load(); });
       continue;
     }
     if (view.state != GenerationState::kRunning) {

@@ -11,6 +11,7 @@
 // thread-safe client. The destructor stops them.
 
 #include <atomic>
+#include <condition_variable>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -72,6 +73,8 @@ class AgentSession final : public AttemptArbiter {
   CoordinatorClient client_;
   Assignment assignment_;
   std::atomic<bool> threads_stop_{false};
+  std::mutex sleep_mutex_;
+  std::condition_variable wake_threads_;  // ends the heartbeat thread's sleep at once
   std::atomic<bool> stop_requested_{false};
   std::atomic<bool> coordinator_lost_{false};
   mutable std::mutex reason_mutex_;

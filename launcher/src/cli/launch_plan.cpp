@@ -76,7 +76,12 @@ void apply_rdzv_conf(const std::string& conf, LaunchPlan& plan) {
       plan.node_timeout = seconds_value(key, value);
     } else if (key == "heartbeat_interval") {
       plan.agent_heartbeat_interval = seconds_value(key, value);
-    } else if (key != "last_call_timeout" && key != "close_timeout" && key != "read_timeout" && key != "is_host" &&
+    } else if (key == "is_host") {
+      if (value != "true" && value != "false" && value != "1" && value != "0") {
+        throw UsageError(fmt::format("--rdzv-conf is_host={}: not true or false", value));
+      }
+      plan.is_host = value == "true" || value == "1";
+    } else if (key != "last_call_timeout" && key != "close_timeout" && key != "read_timeout" &&
                key != "keep_alive_interval" && key != "keep_alive_max_attempt") {
       throw UsageError(fmt::format(
           "--rdzv-conf: unknown key '{}' (known: join_timeout, node_timeout, heartbeat_interval)", key));
@@ -108,11 +113,13 @@ void resolve_topology(const LaunchOptions& o, const GetEnv& getenv, LaunchPlan& 
 
   plan.rdzv_host = *topo.rdzv_host;
   plan.rdzv_port = *topo.rdzv_port;
-  // Node 0 hosts the coordinator. Without a node rank, the agent that can
-  // bind the endpoint (its host is this machine, its port still free) does.
-  plan.host_coordinator =
-      plan.node_rank == 0 || (plan.node_rank < 0 && can_bind(plan.rdzv_host, plan.rdzv_port));
-  if (plan.node_rank == 0) ensure_port_free(plan.rdzv_host == "localhost" ? "127.0.0.1" : "0.0.0.0", plan.rdzv_port);
+  // Who hosts the coordinator: --rdzv-conf is_host=true|false says so;
+  // otherwise node 0, or without a node rank the agent that can bind the
+  // endpoint (its host is this machine and the port is free). A node 0 that
+  // finds the port taken uses the coordinator already there (`ddplaunch serve`).
+  const bool can_host = can_bind(plan.rdzv_host, plan.rdzv_port);
+  plan.host_coordinator = plan.is_host.value_or(plan.node_rank <= 0 && can_host);
+  if (plan.is_host.value_or(false)) ensure_port_free(plan.rdzv_host, plan.rdzv_port, "the rendezvous endpoint");
 }
 
 std::string generate_job_id() {
@@ -132,8 +139,8 @@ GetEnv process_getenv() {
 LaunchPlan resolve_launch_plan(const LaunchOptions& o, const GetEnv& getenv) {
   LaunchPlan plan;
   std::tie(plan.nproc, plan.nproc_reason) = resolve_nproc(o.nproc_per_node, getenv);
-  resolve_topology(o, getenv, plan);
   apply_rdzv_conf(o.rdzv_conf, plan);
+  resolve_topology(o, getenv, plan);
   plan.tls_cert = o.tls_cert;
   plan.tls_key = o.tls_key;
   plan.tls_ca = o.tls_ca;

@@ -25,6 +25,7 @@ struct LaunchPlan {
   // The coordinator: single-node jobs host it on loopback with a free port;
   // multi-node jobs meet at rdzv_host:rdzv_port, hosted by node 0's agent.
   bool host_coordinator = true;
+  std::optional<bool> is_host;  // --rdzv-conf is_host=...
   std::string rdzv_host = "127.0.0.1";
   int rdzv_port = 0;
   std::string token;

@@ -65,9 +65,9 @@ bool can_bind(const std::string& host, int port) {
   }
 }
 
-void ensure_port_free(const std::string& host, int port) {
+void ensure_port_free(const std::string& host, int port, const std::string& what) {
   const int rc = try_bind(host, port);
-  if (rc < 0) throw UsageError(fmt::format("cannot use {}:{} as MASTER_PORT: {}", host, port, std::strerror(-rc)));
+  if (rc < 0) throw UsageError(fmt::format("cannot use {}:{} as {}: {}", host, port, what, std::strerror(-rc)));
 }
 
 }  // namespace ddp

@@ -13,7 +13,8 @@ int pick_free_port(const std::string& host);
 /// Whether host:port can be bound here now (host is local and the port free).
 bool can_bind(const std::string& host, int port);
 
-/// Throws UsageError naming host and port when the port cannot be bound.
-void ensure_port_free(const std::string& host, int port);
+/// Throws UsageError naming what the port is for, host and port when the
+/// port cannot be bound.
+void ensure_port_free(const std::string& host, int port, const std::string& what = "MASTER_PORT");
 
 }  // namespace ddp

@@ -59,7 +59,8 @@ CoordinatorServer::CoordinatorServer(const ServerAddress& address, const TlsFile
       } else {
         coordinator_->tick();
       }
-      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+      std::unique_lock<std::mutex> lock(ticker_mutex_);
+      ticker_wake_.wait_for(lock, std::chrono::milliseconds(50), [this] { return ticker_done_.load(); });
     }
   });
 }
@@ -74,7 +75,11 @@ void CoordinatorServer::shutdown() {
   // every reactor: answer them all before shutting down.
   coordinator_->abort_all();
   server_->Shutdown(std::chrono::system_clock::now() + std::chrono::milliseconds(500));
-  ticker_done_ = true;
+  {
+    std::lock_guard<std::mutex> lock(ticker_mutex_);
+    ticker_done_ = true;
+  }
+  ticker_wake_.notify_all();
   if (ticker_.joinable()) ticker_.join();
 }
 

@@ -7,6 +7,8 @@
 // the destructor stops all three. Threading: the accessors are thread-safe.
 
 #include <atomic>
+#include <condition_variable>
+#include <mutex>
 #include <memory>
 #include <string>
 #include <thread>
@@ -55,6 +57,8 @@ class CoordinatorServer {
   int port_ = 0;
   std::atomic<bool> stopping_{false};
   std::atomic<bool> ticker_done_{false};
+  std::mutex ticker_mutex_;
+  std::condition_variable ticker_wake_;
   std::thread ticker_;
 };
 

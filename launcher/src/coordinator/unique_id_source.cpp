@@ -33,38 +33,47 @@ struct NcclUniqueIdLayout {
 using GetUniqueIdFn = int (*)(NcclUniqueIdLayout*);
 using GetVersionFn = int (*)(int*);
 
+// Loads NCCL on the first ID, not at start: libnccl is large, and a
+// process with it mapped forks its workers measurably slower.
 class NcclIdSource final : public UniqueIdSource {
  public:
-  // The library is never dlclose'd: NCCL's bootstrap threads run from it.
-  NcclIdSource(GetUniqueIdFn get_id, int version) : get_id_(get_id), version_(version) {}
-
   std::string create_id() override {
+    std::lock_guard<std::mutex> lock(mutex_);
+    load();
+    if (get_id_ == nullptr) return fallback_.create_id();
     NcclUniqueIdLayout id{};
     if (const int rc = get_id_(&id); rc != 0) throw std::runtime_error(fmt::format("ncclGetUniqueId failed: {}", rc));
     return std::string(id.internal, sizeof id.internal);
   }
   std::string describe() const override {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (!loaded_) return "ncclGetUniqueId when libnccl.so.2 loads, else random bytes";
+    if (get_id_ == nullptr) return fallback_.describe();
     return fmt::format("ncclGetUniqueId (NCCL {}.{}.{})", version_ / 10000, (version_ / 100) % 100, version_ % 100);
   }
 
  private:
-  GetUniqueIdFn get_id_;
-  int version_;
+  void load() {
+    if (loaded_) return;
+    loaded_ = true;
+    // Never dlclose'd: NCCL's bootstrap threads run from the library.
+    void* lib = dlopen("libnccl.so.2", RTLD_NOW | RTLD_LOCAL);
+    if (lib == nullptr) return;
+    get_id_ = reinterpret_cast<GetUniqueIdFn>(dlsym(lib, "ncclGetUniqueId"));
+    if (auto get_version = reinterpret_cast<GetVersionFn>(dlsym(lib, "ncclGetVersion"))) get_version(&version_);
+  }
+
+  mutable std::mutex mutex_;
+  bool loaded_ = false;
+  GetUniqueIdFn get_id_ = nullptr;
+  int version_ = 0;
+  RandomIdSource fallback_;
 };
 
 }  // namespace
 
 std::unique_ptr<UniqueIdSource> make_random_id_source() { return std::make_unique<RandomIdSource>(); }
 
-std::unique_ptr<UniqueIdSource> make_unique_id_source() {
-  void* lib = dlopen("libnccl.so.2", RTLD_NOW | RTLD_LOCAL);
-  if (lib == nullptr) return make_random_id_source();
-  auto get_id = reinterpret_cast<GetUniqueIdFn>(dlsym(lib, "ncclGetUniqueId"));
-  auto get_version = reinterpret_cast<GetVersionFn>(dlsym(lib, "ncclGetVersion"));
-  if (get_id == nullptr) return make_random_id_source();
-  int version = 0;
-  if (get_version) get_version(&version);
-  return std::make_unique<NcclIdSource>(get_id, version);
-}
+std::unique_ptr<UniqueIdSource> make_unique_id_source() { return std::make_unique<NcclIdSource>(); }
 
 }  // namespace ddp

@@ -18,7 +18,7 @@ class UniqueIdSource {
   virtual ~UniqueIdSource() = default;
   /// A fresh 128-byte ID.
   virtual std::string create_id() = 0;
-  /// "nccl 2.28.3" or "random (NCCL not found)".
+  /// Where the IDs come from, for the start-up line.
   virtual std::string describe() const = 0;
 };
 

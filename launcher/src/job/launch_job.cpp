@@ -101,7 +101,7 @@ class JobListener final : public SupervisorListener {
     evidence.likely_oom = worker.exit && worker.exit->signal == SIGKILL && oom_kills_at_start_ &&
                           oom_.kills().value_or(0) > *oom_kills_at_start_;
     failures_.push_back(failure_to_json(worker, evidence));
-    spdlog::error("{}  stopping the other workers", format_failure(plan_.node_rank, worker, evidence));
+    spdlog::error("{}  stopping the other workers", format_failure(node_rank_, worker, evidence));
   }
 
   void on_attempt_ended(int attempt, const std::vector<WorkerRecord>& workers) override {
@@ -117,6 +117,9 @@ class JobListener final : public SupervisorListener {
     spdlog::warn("restarting the job as attempt {} of at most {}", next_attempt, plan_.max_restarts);
   }
 
+  /// This node's rank in the job, once the coordinator has said it.
+  void set_node_rank(int node_rank) { node_rank_ = node_rank; }
+
  private:
   void route(int pipe_fd, const WorkerRecord& worker, StreamKind kind, const fs::path& file, bool to_console) {
     if (pipe_fd < 0) return;
@@ -131,6 +134,7 @@ class JobListener final : public SupervisorListener {
   std::optional<uint64_t> oom_kills_at_start_;
   nlohmann::json failures_ = nlohmann::json::array();
   int attempt_ = 0;  // the attempt now running
+  int node_rank_ = 0;
 };
 
 }  // namespace
@@ -191,6 +195,7 @@ int run_launch(const LaunchPlan& plan, OrphanSentinel* sentinel) {
   config.plan_attempt = [&](int attempt) {
     const Assignment layout = session.join(attempt);
     router.set_node_rank(layout.node_rank);
+    listener.set_node_rank(layout.node_rank);
     local.set_layout({layout, plan.nproc});
     return plan_workers(plan, layout, base_env, socket_path, attempt);
   };
