@@ -48,6 +48,10 @@ CoordinatorClient::CoordinatorClient(const std::string& target, const std::strin
   stub_ = pb::Coordinator::NewStub(channel_);
 }
 
+CoordinatorClient::CoordinatorClient(std::shared_ptr<grpc::Channel> channel, const std::string& job_id,
+                                     const std::string& token)
+    : channel_(std::move(channel)), stub_(pb::Coordinator::NewStub(channel_)), job_id_(job_id), token_(token) {}
+
 void CoordinatorClient::authorize(pb::JobAuth* auth) const {
   auth->set_job_id(job_id_);
   auth->set_token(token_);

@@ -26,6 +26,8 @@ class CoordinatorClient {
   /// for server-only TLS: ca then verifies the coordinator).
   CoordinatorClient(const std::string& target, const std::string& job_id, const std::string& token,
                     const TlsFiles& tls = {});
+  /// Over an existing channel (e.g. CoordinatorServer::in_process_channel()).
+  CoordinatorClient(std::shared_ptr<grpc::Channel> channel, const std::string& job_id, const std::string& token);
 
   Status join(const JoinParams& params, int max_restarts, Duration timeout, JoinResult& result);
   Status heartbeat(int node_rank, int64_t generation, Duration timeout);

@@ -43,10 +43,11 @@ CoordinatorServer::CoordinatorServer(const ServerAddress& address, const TlsFile
   // gRPC sets SO_REUSEPORT by default, which would let a second coordinator
   // silently share a port that is in use; a busy port must be an error.
   builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
-  builder.AddListeningPort(listen_target(address), server_credentials(tls), &port_);
+  const bool listen = !address.host.empty();
+  if (listen) builder.AddListeningPort(listen_target(address), server_credentials(tls), &port_);
   builder.RegisterService(service_.get());
   server_ = builder.BuildAndStart();
-  if (!server_ || port_ == 0) {
+  if (!server_ || (listen && port_ == 0)) {
     throw std::runtime_error(fmt::format("cannot listen on {}:{} (address in use or not local)", address.host,
                                          address.port));
   }
@@ -68,6 +69,10 @@ CoordinatorServer::CoordinatorServer(const ServerAddress& address, const TlsFile
 CoordinatorServer::~CoordinatorServer() { shutdown(); }
 
 void CoordinatorServer::wait() { server_->Wait(); }
+
+std::shared_ptr<grpc::Channel> CoordinatorServer::in_process_channel() {
+  return server_->InProcessChannel(grpc::ChannelArguments());
+}
 
 void CoordinatorServer::shutdown() {
   if (stopping_.exchange(true)) return;

@@ -16,6 +16,7 @@
 #include "coordinator/coordinator.h"
 
 namespace grpc {
+class Channel;
 class Server;
 }
 
@@ -31,7 +32,9 @@ struct TlsFiles {
 };
 
 struct ServerAddress {
-  std::string host;  // "127.0.0.1" (loopback only) or "0.0.0.0"/"::" (all interfaces)
+  /// "127.0.0.1" (loopback only), "0.0.0.0"/"::" (all interfaces), or empty:
+  /// no listening socket at all, in-process channels only (tests).
+  std::string host;
   int port = 0;      // 0: pick a free one
 };
 
@@ -44,6 +47,8 @@ class CoordinatorServer {
   CoordinatorServer& operator=(const CoordinatorServer&) = delete;
 
   int port() const { return port_; }
+  /// A channel to this server that bypasses the network.
+  std::shared_ptr<grpc::Channel> in_process_channel();
   Coordinator& coordinator() { return *coordinator_; }
   /// Blocks until shutdown() (from another thread or a signal handler's thread).
   void wait();

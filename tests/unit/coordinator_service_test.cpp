@@ -1,0 +1,199 @@
+// The gRPC adapters end to end over in-process channels (no network): what a
+// client sends reaches the coordinator's logic and comes back, refusals carry
+// the right status codes, and the local agent service relays to it.
+
+#include <grpcpp/grpcpp.h>
+#include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <future>
+#include <thread>
+
+#include "agent/local_agent_service.h"
+#include "coordinator/coordinator_client.h"
+#include "coordinator/coordinator_server.h"
+
+namespace ddp {
+namespace {
+
+using namespace std::chrono_literals;
+namespace pb = ::ddplaunch::v1;
+
+class CoordinatorServiceTest : public ::testing::Test {
+ protected:
+  CoordinatorServiceTest() : server(ServerAddress{"", 0}, TlsFiles{}) {
+    server.coordinator().create_job("job", "secret", {2, 4, 0});
+  }
+  std::unique_ptr<CoordinatorClient> client(const std::string& token = "secret", const std::string& job = "job") {
+    return std::make_unique<CoordinatorClient>(server.in_process_channel(), job, token);
+  }
+  static JoinParams params(int node_rank, int nnodes = 2, int nproc = 4) {
+    JoinParams p;
+    p.host = "host" + std::to_string(node_rank);
+    p.nproc = nproc;
+    p.node_rank = node_rank;
+    p.nnodes = nnodes;
+    p.master_port = 5000 + node_rank;
+    return p;
+  }
+  CoordinatorServer server;
+};
+
+TEST_F(CoordinatorServiceTest, TwoAgentsJoinAndShareOneNcclId) {
+  auto a = client();
+  auto b = client();
+  auto joined_b = std::async(std::launch::async, [&] {
+    JoinResult r;
+    EXPECT_TRUE(b->join(params(1), 0, 10s, r).ok());
+    return r;
+  });
+  JoinResult ra;
+  ASSERT_TRUE(a->join(params(0), 0, 10s, ra).ok());
+  const JoinResult rb = joined_b.get();
+  EXPECT_EQ(ra.assignment.rank_start, 0);
+  EXPECT_EQ(rb.assignment.rank_start, 4);
+  EXPECT_EQ(rb.assignment.world_size, 8);
+  EXPECT_EQ(rb.assignment.master_addr, "host0");
+  EXPECT_EQ(rb.assignment.master_port, 5000);
+
+  std::string id_a, id_b;
+  ASSERT_TRUE(a->nccl_id(0, "world", 5s, id_a).ok());
+  ASSERT_TRUE(b->nccl_id(0, "world", 5s, id_b).ok());
+  EXPECT_EQ(id_a.size(), 128u);
+  EXPECT_EQ(id_a, id_b);
+  std::string other;
+  ASSERT_TRUE(a->nccl_id(0, "pipeline", 5s, other).ok());
+  EXPECT_NE(other, id_a);
+}
+
+TEST_F(CoordinatorServiceTest, KvSetThenGetAndWrongGenerationIsRefused) {
+  auto a = client();
+  auto b = client();
+  auto joined = std::async(std::launch::async, [&] {
+    JoinResult r;
+    return b->join(params(1), 0, 10s, r).ok();
+  });
+  JoinResult r;
+  ASSERT_TRUE(a->join(params(0), 0, 10s, r).ok());
+  ASSERT_TRUE(joined.get());
+  ASSERT_TRUE(a->kv_set(0, "addr/0", std::string("\0\1binary", 8), 5s).ok());
+  std::optional<std::string> v;
+  ASSERT_TRUE(b->kv_get(0, "addr/0", 5s, v).ok());
+  EXPECT_EQ(v, std::string("\0\1binary", 8));
+  EXPECT_EQ(b->kv_get(3, "addr/0", 5s, v).code(), StatusCode::kFailedPrecondition);
+}
+
+TEST_F(CoordinatorServiceTest, WrongTokenIsUnauthenticatedAndUnknownJobNotFound) {
+  JoinResult r;
+  const Status wrong = client("guess")->join(params(0), 0, 2s, r);
+  EXPECT_EQ(wrong.code(), StatusCode::kUnauthenticated);
+  EXPECT_EQ(wrong.message().find("secret"), std::string::npos);  // never echoes the token
+  EXPECT_EQ(client("secret", "other")->heartbeat(0, 0, 2s).code(), StatusCode::kNotFound);
+}
+
+TEST_F(CoordinatorServiceTest, MismatchedAgentIsRefusedAndTheJobGoesOn) {
+  JoinResult r;
+  const Status mismatch = client()->join(params(0, /*nnodes=*/3), 0, 2s, r);
+  EXPECT_EQ(mismatch.code(), StatusCode::kFailedPrecondition);
+  EXPECT_NE(mismatch.message().find("mismatch"), std::string::npos);
+  const Status nproc = client()->join(params(0, 2, /*nproc=*/2), 0, 2s, r);
+  EXPECT_NE(nproc.message().find("nproc mismatch"), std::string::npos);
+  // The right agents still form the job.
+  auto b = client();
+  auto joined = std::async(std::launch::async, [&] {
+    JoinResult rb;
+    return b->join(params(1), 0, 10s, rb).ok();
+  });
+  EXPECT_TRUE(client()->join(params(0), 0, 10s, r).ok());
+  EXPECT_TRUE(joined.get());
+}
+
+TEST_F(CoordinatorServiceTest, OversizedValueIsRefused) {
+  auto a = client();
+  EXPECT_EQ(a->kv_set(0, "big", std::string((1 << 20) + 1, 'x'), 5s).code(), StatusCode::kResourceExhausted);
+  EXPECT_EQ(a->kv_set(0, std::string(5000, 'k'), "v", 5s).code(), StatusCode::kResourceExhausted);
+}
+
+TEST_F(CoordinatorServiceTest, FailureOnOneNodeIsSeenByTheOthersWatch) {
+  auto a = client();
+  auto b = client();
+  auto joined = std::async(std::launch::async, [&] {
+    JoinResult r;
+    return b->join(params(1), 0, 10s, r).ok();
+  });
+  JoinResult r;
+  ASSERT_TRUE(a->join(params(0), 0, 10s, r).ok());
+  ASSERT_TRUE(joined.get());
+  auto watched = std::async(std::launch::async, [&] {
+    GenerationView v;
+    EXPECT_TRUE(a->watch(0, 0, GenerationState::kRunning, 10s, v).ok());
+    return v;
+  });
+  NodeOutcome failed;
+  failed.node_rank = 1;
+  failed.exit_code = 3;
+  failed.failed_rank = 6;
+  failed.description = "rank 6 failed: exit code 3";
+  ASSERT_TRUE(b->report_outcome(0, failed, 5s).ok());
+  const GenerationView v = watched.get();
+  EXPECT_EQ(v.state, GenerationState::kStopping);
+  EXPECT_EQ(v.failed_rank, 6);
+  EXPECT_EQ(v.reason, "rank 6 failed: exit code 3");
+}
+
+TEST_F(CoordinatorServiceTest, LocalAgentServiceRegistersAndRelaysOnAPrivateSocket) {
+  const auto dir = std::filesystem::temp_directory_path() / ("ddp_local_" + std::to_string(getpid()));
+  std::filesystem::create_directories(dir);
+  auto upstream = client();
+  const std::string path = (dir / "agent.sock").string();
+  {
+    LocalAgentServer local(path, *upstream, "job", "secret");
+    Assignment a;
+    a.node_rank = 1;
+    a.rank_start = 4;
+    a.world_size = 8;
+    a.nnodes = 2;
+    local.set_layout({a, 4});
+    struct stat st{};
+    ASSERT_EQ(stat(path.c_str(), &st), 0);
+    EXPECT_EQ(st.st_mode & 0777, 0600u);
+
+    auto stub = pb::LocalAgent::NewStub(grpc::CreateChannel("unix:" + path, grpc::InsecureChannelCredentials()));
+    pb::RegisterRequest reg;
+    reg.mutable_auth()->set_job_id("job");
+    reg.mutable_auth()->set_token("secret");
+    reg.set_rank(6);
+    pb::RegisterReply reply;
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + 5s);
+    ASSERT_TRUE(stub->Register(&ctx, reg, &reply).ok());
+    EXPECT_EQ(reply.local_rank(), 2);
+    EXPECT_EQ(reply.world_size(), 8);
+
+    // A relayed KV set lands in the coordinator's store.
+    pb::KvSetRequest set;
+    *set.mutable_auth() = reg.auth();
+    set.set_key("k");
+    set.set_value("v");
+    pb::KvSetReply set_reply;
+    grpc::ClientContext ctx2;
+    ctx2.set_deadline(std::chrono::system_clock::now() + 5s);
+    ASSERT_TRUE(stub->KvSet(&ctx2, set, &set_reply).ok());
+    std::optional<std::string> v;
+    ASSERT_TRUE(upstream->kv_get(0, "k", 5s, v).ok());
+    EXPECT_EQ(v, "v");
+
+    // A worker with the wrong token is turned away.
+    reg.mutable_auth()->set_token("nope");
+    grpc::ClientContext ctx3;
+    ctx3.set_deadline(std::chrono::system_clock::now() + 5s);
+    EXPECT_EQ(stub->Register(&ctx3, reg, &reply).error_code(), grpc::StatusCode::UNAUTHENTICATED);
+  }
+  EXPECT_FALSE(std::filesystem::exists(path));  // removed with the server
+  std::filesystem::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace ddp
