@@ -46,7 +46,15 @@ Assignment AgentSession::join(int64_t generation) {
   spdlog::info("joining job {} generation {} at {} ({} node(s))", settings_.job_id, generation, settings_.endpoint,
                settings_.nnodes);
   JoinResult result;
-  if (Status s = client_.join(p, settings_.max_restarts, settings_.join_timeout, result); !s.ok()) {
+  int signal = 0;
+  const Status s = client_.join(p, settings_.max_restarts, settings_.join_timeout, result,
+                                [&signal] { return (signal = pending_stop_signal()) != 0; });
+  if (signal != 0) {
+    spdlog::warn("received {} while waiting for the other nodes; giving up", signal_name(signal));
+    throw PlanError(exit_code::for_signal(signal), "interrupted");
+  }
+  if (!s.ok()) {
+    spdlog::error("rendezvous failed: {}", s.message());
     throw PlanError(exit_code::kRendezvous, fmt::format("rendezvous failed: {}", s.message()));
   }
   assignment_ = result.assignment;

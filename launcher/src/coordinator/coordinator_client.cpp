@@ -2,6 +2,8 @@
 
 #include <grpcpp/grpcpp.h>
 
+#include <future>
+
 #include "coordinator/grpc_status.h"
 
 namespace ddp {
@@ -57,7 +59,8 @@ void CoordinatorClient::authorize(pb::JobAuth* auth) const {
   auth->set_token(token_);
 }
 
-Status CoordinatorClient::join(const JoinParams& p, int max_restarts, Duration timeout, JoinResult& result) {
+Status CoordinatorClient::join(const JoinParams& p, int max_restarts, Duration timeout, JoinResult& result,
+                               const std::function<bool()>& should_abort) {
   pb::JoinRequest req;
   authorize(req.mutable_auth());
   req.set_host(p.host);
@@ -73,7 +76,15 @@ Status CoordinatorClient::join(const JoinParams& p, int max_restarts, Duration t
   // The coordinator answers at the join timeout; leave it room to say why.
   set_deadline(ctx, timeout + std::chrono::seconds(5));
   ctx.set_wait_for_ready(true);  // node 0's coordinator may still be starting
-  const Status s = from_grpc(stub_->Join(&ctx, req, &reply));
+  // Asynchronous, so the caller stays responsive (a SIGTERM during a long
+  // rendezvous must not wait for the join timeout).
+  std::promise<grpc::Status> done;
+  auto finished = done.get_future();
+  stub_->async()->Join(&ctx, &req, &reply, [&done](grpc::Status status) { done.set_value(std::move(status)); });
+  while (finished.wait_for(std::chrono::milliseconds(100)) != std::future_status::ready) {
+    if (should_abort && should_abort()) ctx.TryCancel();
+  }
+  const Status s = from_grpc(finished.get());
   if (!s.ok()) return s;
   Assignment& a = result.assignment;
   a.node_rank = reply.node_rank();

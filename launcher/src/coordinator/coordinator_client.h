@@ -5,6 +5,7 @@
 //
 // Threading: thread-safe (gRPC stubs are); one channel, many callers.
 
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -29,7 +30,10 @@ class CoordinatorClient {
   /// Over an existing channel (e.g. CoordinatorServer::in_process_channel()).
   CoordinatorClient(std::shared_ptr<grpc::Channel> channel, const std::string& job_id, const std::string& token);
 
-  Status join(const JoinParams& params, int max_restarts, Duration timeout, JoinResult& result);
+  /// Waits for the world to form. should_abort is polled while waiting (every
+  /// 100 ms); when it returns true the join is cancelled (Cancelled).
+  Status join(const JoinParams& params, int max_restarts, Duration timeout, JoinResult& result,
+              const std::function<bool()>& should_abort = {});
   Status heartbeat(int node_rank, int64_t generation, Duration timeout);
   Status report_outcome(int64_t generation, const NodeOutcome& outcome, Duration timeout);
   /// Long poll; see CoordinatorJob::watch.

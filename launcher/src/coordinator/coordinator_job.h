@@ -17,7 +17,7 @@
 #include <string>
 #include <vector>
 
-#include "coordinator/kv_store.h"
+#include "ddp/common/kv_store.h"
 #include "coordinator/rendezvous.h"
 #include "coordinator/unique_id_source.h"
 #include "ddp/common/clock.h"

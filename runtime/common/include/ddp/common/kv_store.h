@@ -3,7 +3,8 @@
 // user barriers are built on it. Waits are parked callbacks, not blocked
 // threads, so thousands of waiting ranks cost no threads.
 //
-// Threading: not thread-safe; the owning CoordinatorJob serializes calls.
+// Threading: not thread-safe; the owner (the coordinator's job, or
+// InMemoryStore) serializes calls.
 // Callbacks are not run by the store: operations return the waits they
 // completed, and the caller runs them after releasing its lock.
 

@@ -1,0 +1,24 @@
+// ddpbench: the benchmark program of worker/ (DESIGN.md). One CLI11
+// subcommand per benchmark; each lives in its own file and registers itself here.
+#include <CLI/CLI.hpp>
+
+#include <cstdio>
+
+#include "rendezvous_bench.h"
+
+int main(int argc, char** argv) {
+  CLI::App app{"ddpbench: ddplaunch's rendezvous and collective benchmarks", "ddpbench"};
+  app.require_subcommand(1);
+  ddp::bench::RendezvousBenchOptions rendezvous;
+  CLI::App* rendezvous_cmd = ddp::bench::add_rendezvous_command(app, rendezvous);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::Success& e) {
+    return app.exit(e);
+  } catch (const CLI::ParseError& e) {
+    std::fprintf(stderr, "ddpbench: error: %s\n", e.what());
+    return 2;
+  }
+  if (rendezvous_cmd->parsed()) return ddp::bench::run_rendezvous_bench(rendezvous);
+  return 2;
+}
