@@ -117,11 +117,14 @@ bool Rendezvous::expire(SteadyTime now, FiredJoins& fired) {
   if (!any_expired) return false;
   // One agent giving up means the world cannot form: refuse them all, so
   // every agent reports the same rendezvous failure instead of waiting on.
+  // Name a few hosts, not all: the message goes to every waiting agent.
+  constexpr size_t kHostsNamed = 8;
   std::vector<std::string> joined;
-  for (const auto& p : pending_) joined.push_back(p.params.host);
+  for (size_t i = 0; i < pending_.size() && i < kHostsNamed; ++i) joined.push_back(pending_[i].params.host);
   const Status timeout{StatusCode::kDeadlineExceeded,
-                       fmt::format("rendezvous timed out: {} of {} node(s) joined generation {} (hosts: {})",
-                                   pending_.size(), nnodes_, generation_, fmt::join(joined, ", "))};
+                       fmt::format("rendezvous timed out: {} of {} node(s) joined generation {} (hosts: {}{})",
+                                   pending_.size(), nnodes_, generation_, fmt::join(joined, ", "),
+                                   pending_.size() > kHostsNamed ? ", ..." : "")};
   for (auto& p : pending_) fired.push_back({std::move(p.done), timeout, {}});
   pending_.clear();
   rank_taken_.assign(static_cast<size_t>(nnodes_), false);

@@ -9,7 +9,7 @@ namespace ddp {
 
 void KvStore::set(const std::string& key, std::string value, FiredWaits& fired) {
   data_[key] = std::move(value);
-  release_ready(fired);
+  release_ready(key, fired);
 }
 
 std::optional<std::string> KvStore::get(const std::string& key) const {
@@ -29,7 +29,7 @@ Status KvStore::add(const std::string& key, int64_t delta, int64_t& result, Fire
   }
   result = current + delta;
   data_[key] = std::to_string(result);
-  release_ready(fired);
+  release_ready(key, fired);
   return Status::Ok();
 }
 
@@ -39,7 +39,7 @@ bool KvStore::compare_set(const std::string& key, const std::optional<std::strin
   const bool matches = expected ? (it != data_.end() && it->second == *expected) : it == data_.end();
   if (matches) {
     data_[key] = std::move(desired);
-    release_ready(fired);
+    release_ready(key, fired);
   }
   const auto now = data_.find(key);
   current = now == data_.end() ? std::string() : now->second;
@@ -60,35 +60,65 @@ void KvStore::wait(std::vector<std::string> keys, SteadyTime deadline, WaitCallb
     fired.push_back({std::move(done), Status::Ok()});
     return;
   }
-  waits_.push_back({std::move(keys), deadline, std::move(done)});
+  const uint64_t id = next_wait_id_++;
+  for (const auto& k : keys) {
+    if (data_.count(k) == 0) waiting_on_.emplace(k, id);
+  }
+  waits_.emplace(id, Wait{std::move(keys), deadline, std::move(done)});
 }
 
 void KvStore::expire(SteadyTime now, FiredWaits& fired) {
-  auto expired = std::stable_partition(waits_.begin(), waits_.end(), [now](const Wait& w) { return w.deadline > now; });
-  for (auto it = expired; it != waits_.end(); ++it) {
+  for (auto it = waits_.begin(); it != waits_.end();) {
+    if (it->second.deadline > now) {
+      ++it;
+      continue;
+    }
     std::vector<std::string> missing;
-    for (const auto& k : it->keys) {
+    for (const auto& k : it->second.keys) {
       if (data_.count(k) == 0) missing.push_back(k);
     }
-    fired.push_back({std::move(it->done), {StatusCode::kDeadlineExceeded,
-                                           fmt::format("timed out waiting for key(s): {}", fmt::join(missing, ", "))}});
+    fired.push_back({std::move(it->second.done),
+                     {StatusCode::kDeadlineExceeded,
+                      fmt::format("timed out waiting for key(s): {}", fmt::join(missing, ", "))}});
+    auto next = std::next(it);
+    forget(it);
+    it = next;
   }
-  waits_.erase(expired, waits_.end());
 }
 
 void KvStore::abort_waits(const Status& status, FiredWaits& fired) {
-  for (auto& w : waits_) fired.push_back({std::move(w.done), status});
+  for (auto& [id, w] : waits_) fired.push_back({std::move(w.done), status});
   waits_.clear();
+  waiting_on_.clear();
 }
 
 bool KvStore::all_present(const std::vector<std::string>& keys) const {
   return std::all_of(keys.begin(), keys.end(), [this](const std::string& k) { return data_.count(k) != 0; });
 }
 
-void KvStore::release_ready(FiredWaits& fired) {
-  auto ready = std::stable_partition(waits_.begin(), waits_.end(), [this](const Wait& w) { return !all_present(w.keys); });
-  for (auto it = ready; it != waits_.end(); ++it) fired.push_back({std::move(it->done), Status::Ok()});
-  waits_.erase(ready, waits_.end());
+void KvStore::release_ready(const std::string& key, FiredWaits& fired) {
+  auto range = waiting_on_.equal_range(key);
+  if (range.first == range.second) return;
+  std::vector<uint64_t> ids;
+  for (auto it = range.first; it != range.second; ++it) ids.push_back(it->second);
+  waiting_on_.erase(range.first, range.second);
+  std::sort(ids.begin(), ids.end());  // release in the order the waits were made
+  for (uint64_t id : ids) {
+    auto it = waits_.find(id);
+    if (it == waits_.end() || !all_present(it->second.keys)) continue;
+    fired.push_back({std::move(it->second.done), Status::Ok()});
+    forget(it);
+  }
+}
+
+void KvStore::forget(std::map<uint64_t, Wait>::iterator it) {
+  for (const auto& k : it->second.keys) {
+    auto range = waiting_on_.equal_range(k);
+    for (auto w = range.first; w != range.second;) {
+      w = w->second == it->first ? waiting_on_.erase(w) : std::next(w);
+    }
+  }
+  waits_.erase(it);
 }
 
 }  // namespace ddp

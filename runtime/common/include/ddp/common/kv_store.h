@@ -61,10 +61,16 @@ class KvStore {
     WaitCallback done;
   };
   bool all_present(const std::vector<std::string>& keys) const;
-  void release_ready(FiredWaits& fired);
+  /// Releases the waits that key completed. Only waits on that key are
+  /// looked at, so a store with thousands of parked waits (a barrier of
+  /// every rank) stays O(log n) per write.
+  void release_ready(const std::string& key, FiredWaits& fired);
+  void forget(std::map<uint64_t, Wait>::iterator it);
 
   std::map<std::string, std::string> data_;
-  std::vector<Wait> waits_;
+  std::map<uint64_t, Wait> waits_;                 // by id, oldest first
+  std::multimap<std::string, uint64_t> waiting_on_;  // key -> ids of waits that name it
+  uint64_t next_wait_id_ = 0;
 };
 
 }  // namespace ddp

@@ -1,0 +1,151 @@
+#include "ddp/runtime/agent_store.h"
+
+#include <fmt/format.h>
+#include <grpcpp/grpcpp.h>
+#include <unistd.h>
+
+#include "ddplaunch/v1/coordinator.grpc.pb.h"
+
+namespace ddp {
+
+namespace pb = ::ddplaunch::v1;
+
+struct AgentConnection::Impl {
+  std::unique_ptr<pb::LocalAgent::Stub> stub;
+  std::string job_id;
+  std::string token;
+
+  void authorize(pb::JobAuth* auth) const {
+    auth->set_job_id(job_id);
+    auth->set_token(token);
+  }
+};
+
+namespace {
+
+// Store calls are short; waits carry their own timeout, plus this margin so
+// the agent's answer (not the deadline) says what happened.
+constexpr auto kCallTimeout = std::chrono::seconds(60);
+
+void set_deadline(grpc::ClientContext& ctx, Duration timeout) {
+  ctx.set_deadline(std::chrono::system_clock::now() +
+                   std::chrono::duration_cast<std::chrono::system_clock::duration>(timeout));
+}
+
+void check(const grpc::Status& s, const char* what) {
+  if (s.ok()) return;
+  throw StoreError({static_cast<StatusCode>(s.error_code()), fmt::format("{}: {}", what, s.error_message())});
+}
+
+class AgentStore final : public Store {
+ public:
+  AgentStore(std::shared_ptr<AgentConnection::Impl> agent, int64_t generation)
+      : agent_(std::move(agent)), generation_(generation) {}
+
+  void set(const std::string& key, const std::string& value) override {
+    pb::KvSetRequest req;
+    agent_->authorize(req.mutable_auth());
+    req.set_generation(generation_);
+    req.set_key(key);
+    req.set_value(value);
+    pb::KvSetReply reply;
+    grpc::ClientContext ctx;
+    set_deadline(ctx, kCallTimeout);
+    check(agent_->stub->KvSet(&ctx, req, &reply), "store set");
+  }
+
+  std::optional<std::string> get(const std::string& key) override {
+    pb::KvGetRequest req;
+    agent_->authorize(req.mutable_auth());
+    req.set_generation(generation_);
+    req.set_key(key);
+    pb::KvGetReply reply;
+    grpc::ClientContext ctx;
+    set_deadline(ctx, kCallTimeout);
+    check(agent_->stub->KvGet(&ctx, req, &reply), "store get");
+    return reply.found() ? std::optional<std::string>(reply.value()) : std::nullopt;
+  }
+
+  void wait(const std::vector<std::string>& keys, Duration timeout) override {
+    pb::KvWaitRequest req;
+    agent_->authorize(req.mutable_auth());
+    req.set_generation(generation_);
+    for (const auto& k : keys) req.add_keys(k);
+    req.set_timeout_ms(std::chrono::duration_cast<std::chrono::milliseconds>(timeout).count());
+    pb::KvWaitReply reply;
+    grpc::ClientContext ctx;
+    set_deadline(ctx, timeout + std::chrono::seconds(5));
+    check(agent_->stub->KvWait(&ctx, req, &reply), "store wait");
+  }
+
+  int64_t add(const std::string& key, int64_t delta) override {
+    pb::KvAddRequest req;
+    agent_->authorize(req.mutable_auth());
+    req.set_generation(generation_);
+    req.set_key(key);
+    req.set_delta(delta);
+    pb::KvAddReply reply;
+    grpc::ClientContext ctx;
+    set_deadline(ctx, kCallTimeout);
+    check(agent_->stub->KvAdd(&ctx, req, &reply), "store add");
+    return reply.value();
+  }
+
+  bool compare_set(const std::string& key, const std::optional<std::string>& expected,
+                   const std::string& desired) override {
+    pb::KvCompareSetRequest req;
+    agent_->authorize(req.mutable_auth());
+    req.set_generation(generation_);
+    req.set_key(key);
+    req.set_expect_absent(!expected.has_value());
+    if (expected) req.set_expected(*expected);
+    req.set_desired(desired);
+    pb::KvCompareSetReply reply;
+    grpc::ClientContext ctx;
+    set_deadline(ctx, kCallTimeout);
+    check(agent_->stub->KvCompareSet(&ctx, req, &reply), "store compare-set");
+    return reply.swapped();
+  }
+
+ private:
+  std::shared_ptr<AgentConnection::Impl> agent_;
+  int64_t generation_;
+};
+
+}  // namespace
+
+AgentConnection::AgentConnection(const std::string& socket_path, std::string job_id, std::string token)
+    : impl_(std::make_shared<Impl>()) {
+  impl_->stub = pb::LocalAgent::NewStub(grpc::CreateChannel("unix:" + socket_path, grpc::InsecureChannelCredentials()));
+  impl_->job_id = std::move(job_id);
+  impl_->token = std::move(token);
+}
+
+AgentConnection::~AgentConnection() = default;
+
+AgentRegistration AgentConnection::register_rank(int rank, Duration timeout) {
+  pb::RegisterRequest req;
+  impl_->authorize(req.mutable_auth());
+  req.set_rank(rank);
+  req.set_pid(static_cast<int32_t>(getpid()));
+  pb::RegisterReply reply;
+  grpc::ClientContext ctx;
+  set_deadline(ctx, timeout);
+  check(impl_->stub->Register(&ctx, req, &reply), "registering with the local agent");
+  AgentRegistration r;
+  r.rank = reply.rank();
+  r.local_rank = reply.local_rank();
+  r.world_size = reply.world_size();
+  r.local_world_size = reply.local_world_size();
+  r.node_rank = reply.node_rank();
+  r.generation = reply.generation();
+  r.master_addr = reply.master_addr();
+  r.master_port = reply.master_port();
+  return r;
+}
+
+std::shared_ptr<Store> AgentConnection::store(int64_t generation) {
+  return std::make_shared<AgentStore>(impl_, generation);
+}
+
+}  // namespace ddp
