@@ -3,7 +3,11 @@
 #include <CLI/CLI.hpp>
 
 #include <cstdio>
+#include <exception>
 
+#ifdef DDP_HAVE_RUNTIME
+#include "allreduce_bench.h"
+#endif
 #include "rendezvous_bench.h"
 
 int main(int argc, char** argv) {
@@ -11,6 +15,10 @@ int main(int argc, char** argv) {
   app.require_subcommand(1);
   ddp::bench::RendezvousBenchOptions rendezvous;
   CLI::App* rendezvous_cmd = ddp::bench::add_rendezvous_command(app, rendezvous);
+#ifdef DDP_HAVE_RUNTIME
+  ddp::bench::AllreduceBenchOptions allreduce;
+  CLI::App* allreduce_cmd = ddp::bench::add_allreduce_command(app, allreduce);
+#endif
   try {
     app.parse(argc, argv);
   } catch (const CLI::Success& e) {
@@ -20,5 +28,13 @@ int main(int argc, char** argv) {
     return 2;
   }
   if (rendezvous_cmd->parsed()) return ddp::bench::run_rendezvous_bench(rendezvous);
+#ifdef DDP_HAVE_RUNTIME
+  try {
+    if (allreduce_cmd->parsed()) return ddp::bench::run_allreduce_bench(allreduce);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "ddpbench: error: %s\n", e.what());
+    return 1;
+  }
+#endif
   return 2;
 }

@@ -36,8 +36,9 @@ class AgentConnection {
   /// The job's store for generation (from the registration).
   std::shared_ptr<Store> store(int64_t generation);
 
+  struct Impl;  // the gRPC stub and credentials (shared with the stores it made)
+
  private:
-  struct Impl;
   std::shared_ptr<Impl> impl_;
 };
 

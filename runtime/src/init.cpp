@@ -1,0 +1,115 @@
+#include "ddp/runtime/init.h"
+
+#include <arpa/inet.h>
+#include <fmt/format.h>
+#include <netdb.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <optional>
+
+#include "ddp/runtime/agent_store.h"
+#include "ddp/runtime/gloo_collective.h"
+#include "ddp/runtime/tcp_store.h"
+
+namespace ddp {
+namespace {
+
+std::optional<std::string> env(const char* name) {
+  const char* v = std::getenv(name);
+  return v != nullptr && *v != '\0' ? std::optional<std::string>(v) : std::nullopt;
+}
+
+std::string required(const char* name) {
+  if (auto v = env(name)) return *v;
+  throw InitError(fmt::format(
+      "ddp::init: {} is not set: start the program with ddplaunch, or set RANK, WORLD_SIZE, MASTER_ADDR and "
+      "MASTER_PORT",
+      name));
+}
+
+int int_env(const char* name, std::optional<int> fallback = std::nullopt) {
+  const auto v = fallback && !env(name) ? std::to_string(*fallback) : required(name);
+  char* end = nullptr;
+  const long n = std::strtol(v.c_str(), &end, 10);
+  if (*end != '\0' || n < 0) throw InitError(fmt::format("ddp::init: {}='{}' is not a non-negative integer", name, v));
+  return static_cast<int>(n);
+}
+
+void join_via_agent(ProcessGroup& group, std::shared_ptr<Store>& store, const InitOptions& options) {
+  AgentConnection agent(required("DDPLAUNCH_AGENT_SOCKET"), required("DDPLAUNCH_JOB_ID"), required("DDPLAUNCH_TOKEN"));
+  const AgentRegistration reg = agent.register_rank(int_env("RANK"), options.timeout);
+  group.rank = reg.rank;
+  group.world_size = reg.world_size;
+  group.local_rank = reg.local_rank;
+  group.local_world_size = reg.local_world_size;
+  group.node_rank = reg.node_rank;
+  group.generation = reg.generation;
+  group.source = "ddplaunch agent";
+  store = agent.store(reg.generation);
+}
+
+void join_via_env(ProcessGroup& group, std::shared_ptr<Store>& store, const InitOptions& options) {
+  group.rank = int_env("RANK");
+  group.world_size = int_env("WORLD_SIZE");
+  if (group.world_size == 0 || group.rank >= group.world_size) {
+    throw InitError(fmt::format("ddp::init: RANK={} is outside WORLD_SIZE={}", group.rank, group.world_size));
+  }
+  group.local_rank = int_env("LOCAL_RANK", 0);
+  group.local_world_size = int_env("LOCAL_WORLD_SIZE", 1);
+  group.node_rank = int_env("GROUP_RANK", 0);
+  group.generation = int_env("TORCHELASTIC_RESTART_COUNT", 0);
+  const std::string addr = required("MASTER_ADDR");
+  const int port = int_env("MASTER_PORT");
+  group.source = fmt::format("environment ({}:{})", addr, port);
+  // Generation-scoped keys, so a restarted job never reads a stale address.
+  store = make_prefix_store(make_tcp_store(addr, port, group.rank == 0, group.world_size, options.timeout),
+                            fmt::format("ddp/{}", group.generation));
+}
+
+}  // namespace
+
+std::string local_address_towards(const std::string& host) {
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_DGRAM;
+  addrinfo* found = nullptr;
+  if (getaddrinfo(host.c_str(), "9", &hints, &found) != 0 || found == nullptr) return "127.0.0.1";
+  std::string result = "127.0.0.1";
+  const int fd = socket(found->ai_family, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+  // connect() on a datagram socket only picks the route and source address.
+  if (fd >= 0 && connect(fd, found->ai_addr, found->ai_addrlen) == 0) {
+    sockaddr_storage local{};
+    socklen_t len = sizeof local;
+    char text[INET6_ADDRSTRLEN] = {};
+    if (getsockname(fd, reinterpret_cast<sockaddr*>(&local), &len) == 0) {
+      const void* raw = local.ss_family == AF_INET6
+                            ? static_cast<const void*>(&reinterpret_cast<sockaddr_in6*>(&local)->sin6_addr)
+                            : static_cast<const void*>(&reinterpret_cast<sockaddr_in*>(&local)->sin_addr);
+      if (inet_ntop(local.ss_family, raw, text, sizeof text) != nullptr) result = text;
+    }
+  }
+  if (fd >= 0) close(fd);
+  freeaddrinfo(found);
+  return result;
+}
+
+std::unique_ptr<ProcessGroup> init(const InitOptions& options) {
+  auto group = std::make_unique<ProcessGroup>();
+  if (env("DDPLAUNCH_AGENT_SOCKET")) {
+    join_via_agent(*group, group->store_, options);
+  } else {
+    join_via_env(*group, group->store_, options);
+  }
+  if (options.backend != "auto" && options.backend != "gloo") {
+    throw InitError(fmt::format("ddp::init: backend '{}' is not available in this build (gloo is)", options.backend));
+  }
+  GlooOptions gloo;
+  gloo.interface_or_host = local_address_towards(env("MASTER_ADDR").value_or("127.0.0.1"));
+  gloo.timeout = options.timeout;
+  group->collective_ = make_gloo_collective(make_prefix_store(group->store_, "gloo"), group->rank, group->world_size, gloo);
+  return group;
+}
+
+}  // namespace ddp
