@@ -122,6 +122,7 @@ void DistributedDataParallelBase::broadcast_from_rank0(const std::vector<at::Ten
 }
 
 void DistributedDataParallelBase::prepare_forward() {
+  reducer_->prepare_for_forward();
   if (options_.broadcast_buffers) broadcast_from_rank0(module_->buffers(true));
 }
 

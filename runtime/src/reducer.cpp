@@ -73,6 +73,7 @@ Reducer::Reducer(std::vector<at::Tensor> params, std::vector<std::string> names,
   }
   scale_ = 1.0 / static_cast<double>(collective_->size());
   ready_.assign(params_.size(), false);
+  used_since_sync_.assign(params_.size(), false);
   slots_.resize(params_.size());
   {
     std::lock_guard<std::mutex> lock(mutex_);
@@ -89,6 +90,17 @@ Reducer::~Reducer() {
   for (size_t i = 0; i < grad_accumulators_.size(); ++i) grad_accumulators_[i]->del_post_hook(hook_keys_[i]);
   std::lock_guard<std::mutex> lock(mutex_);
   wait_launched_quietly_locked();
+}
+
+void Reducer::prepare_for_forward() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (in_backward_) {
+    fail_locked("the previous backward was interrupted before its gradient reduction ended");
+  }
+  if (!failure_.empty()) {
+    throw ReducerError("DDP reducer: a new iteration started before the previous gradient reduction finished (" +
+                       failure_ + ")");
+  }
 }
 
 void Reducer::set_require_sync(bool require_sync) {
@@ -170,6 +182,7 @@ void Reducer::build_buckets(const std::vector<int64_t>& order) {
 
 void Reducer::autograd_hook(size_t index) {
   std::lock_guard<std::mutex> lock(mutex_);
+  used_since_sync_[index] = true;
   if (!require_sync_) return;  // no_sync: .grad accumulates locally
   if (!in_backward_) start_iteration_locked();
   mark_ready_locked(index);
@@ -210,8 +223,7 @@ void Reducer::mark_ready_locked(size_t index) {
   at::Tensor& grad = params_[index].mutable_grad();
   at::NoGradGuard no_grad;
   if (!grad.defined()) {
-    view.zero_();
-    if (options_.gradient_as_bucket_view) grad = view;
+    view.zero_();  // unused here: contributes nothing (.grad is set at the end if used elsewhere)
   } else if (options_.gradient_as_bucket_view && aliases(grad, view)) {
     view.mul_(scale_);
   } else {
@@ -264,15 +276,39 @@ void Reducer::finalize_backward() {
     fail_locked(msg.str());
     throw ReducerError(msg.str());
   }
-  finish_reduction_locked();
+  // Which parameters some rank used since the last reduction: those nobody
+  // used keep an undefined .grad, as in PyTorch (optimizers then skip them).
+  at::Tensor used;
+  std::shared_ptr<Work> used_work;
+  if (options_.find_unused_parameters) {
+    used = at::zeros({static_cast<int64_t>(params_.size())}, at::kInt);
+    auto* flags = used.data_ptr<int32_t>();
+    for (size_t i = 0; i < params_.size(); ++i) flags[i] = used_since_sync_[i] ? 1 : 0;
+    used_work = collective_->all_reduce(used, ReduceOp::kSum);
+  }
+  finish_reduction_locked(used_work, used);
+  std::fill(used_since_sync_.begin(), used_since_sync_.end(), false);
   ++iterations_;
   last_ready_order_ = ready_order_;
   in_backward_ = false;
   if (options_.rebuild_buckets && !rebuilt_) rebuild_locked();
 }
 
-void Reducer::finish_reduction_locked() {
+void Reducer::finish_reduction_locked(const std::shared_ptr<Work>& used_work, const at::Tensor& used) {
   at::NoGradGuard no_grad;
+  if (used_work) {
+    std::string error;
+    try {
+      if (!used_work->wait(options_.timeout)) error = "the all_reduce of used parameters did not finish in time";
+    } catch (const std::exception& e) {
+      error = std::string("the all_reduce of used parameters failed: ") + e.what();
+    }
+    if (!error.empty()) {
+      fail_locked("DDP reducer: " + error);
+      throw ReducerError("DDP reducer: " + error);
+    }
+  }
+  const int32_t* used_anywhere = used.defined() ? used.data_ptr<int32_t>() : nullptr;
   for (size_t b = 0; b < buckets_.size(); ++b) {
     Bucket& bucket = *buckets_[b];
     std::string error;
@@ -297,13 +333,14 @@ void Reducer::finish_reduction_locked() {
     bucket.work.reset();
     const PlannedBucket& pb = plan_[b];
     for (size_t pos = 0; pos < pb.params.size(); ++pos) {
-      at::Tensor& grad = params_[static_cast<size_t>(pb.params[pos])].mutable_grad();
+      const auto index = static_cast<size_t>(pb.params[pos]);
+      at::Tensor& grad = params_[index].mutable_grad();
       const at::Tensor& view = bucket.views[pos];
       if (aliases(grad, view)) continue;  // gradient_as_bucket_view: already there
       if (grad.defined()) {
         grad.copy_(view);
-      } else {
-        grad = view.clone();
+      } else if (used_anywhere == nullptr || used_anywhere[index] > 0) {
+        grad = options_.gradient_as_bucket_view ? view : view.clone();
       }
     }
   }

@@ -265,6 +265,10 @@ class RefusalTest(MultiNodeTestCase):
         desc = self.describe_all(results) + "\n=== refused agent" + bad.describe()
         for res in results:
             self.assertEqual(res.rc, 0, desc)
+        # the coordinator (node 0's agent) logged the refusal
+        coord_log = results[0].err.lower()
+        self.assertTrue("refused" in coord_log and message in coord_log,
+                        f"coordinator did not log the refusal ({message!r}){desc}")
         self.check_layout(self.read_probes(nnodes * nproc), nnodes, nproc,
                           token=self.job_token)
         self.check_console(results, nproc)

@@ -342,6 +342,35 @@ TEST(GlooCollective, DestroyedPeerMakesTheNextOpFailNotHang) {
   for (int r = 0; r < world; ++r) EXPECT_EQ(errors[r], "") << "rank " << r;
 }
 
+TEST(GlooCollective, OpTimesOutWhenAPeerNeverJoins) {
+  std::promise<void> rank0_failed;
+  auto failed = rank0_failed.get_future();
+  run_ranks(
+      2,
+      [&](Collective& c, int rank) {
+        if (rank == 1) {
+          // Alive but never joins; leaves once rank 0 has given up (bounded).
+          EXPECT_EQ(failed.wait_for(10s), std::future_status::ready);
+          return;
+        }
+        const auto start = std::chrono::steady_clock::now();
+        at::Tensor t = at::ones({1000}, at::kFloat);
+        auto w = c.all_reduce(t, ReduceOp::kSum);
+        try {
+          w->wait(10s);
+          ADD_FAILURE() << "all_reduce without its peer succeeded";
+        } catch (const CollectiveError& e) {
+          EXPECT_NE(std::string(e.what()).find("all_reduce #1"), std::string::npos) << e.what();
+        }
+        rank0_failed.set_value();
+        const auto took = std::chrono::steady_clock::now() - start;
+        EXPECT_GE(took, 900ms);
+        EXPECT_LT(took, 6s);
+        EXPECT_EQ(c.flight_record().tail(1)[0].state, CollectiveState::kFailed);
+      },
+      options_with_timeout(1s));
+}
+
 TEST(GlooCollective, DestructorDrainsQueuedOps) {
   std::vector<std::shared_ptr<Work>> kept(2);
   std::vector<at::Tensor> tensors(2);

@@ -148,7 +148,7 @@ class CoordinatorJobTest : public ::testing::Test {
 
   std::shared_ptr<WatchOutcome> watch(int64_t generation, GenerationState known, Duration timeout = 30s) {
     auto out = std::make_shared<WatchOutcome>();
-    job().watch(generation, known, timeout, record(out));
+    job().watch(-1, generation, known, timeout, record(out));
     return out;
   }
 
@@ -961,14 +961,14 @@ TEST_F(CoordinatorJobTest, WatchCallbackMayCallBackIntoTheJob) {
   auto callback = [j, seen](const Status&, const GenerationView& v) {
     if (j->current_view().state == v.state) ++*seen;
   };
-  j->watch(0, GenerationState::kRunning, 30s, callback);  // parked
+  j->watch(-1, 0, GenerationState::kRunning, 30s, callback);  // parked
   NodeOutcome failure;
   failure.node_rank = 1;
   failure.exit_code = 3;
   ASSERT_TRUE(finishes_within(h, [j, failure] { j->report_outcome(0, failure); }));
   EXPECT_EQ(seen->load(), 1);
   // Answered at once (the state already differs).
-  ASSERT_TRUE(finishes_within(h, [j, callback] { j->watch(0, GenerationState::kRunning, 30s, callback); }));
+  ASSERT_TRUE(finishes_within(h, [j, callback] { j->watch(-1, 0, GenerationState::kRunning, 30s, callback); }));
   EXPECT_EQ(seen->load(), 2);
 }
 
@@ -982,7 +982,7 @@ TEST_F(CoordinatorJobTest, CallbacksEndedByTheGenerationsEndMayCallBackIntoTheJo
     if (s.code() == StatusCode::kAborted) *aborted = j->finished();
   });
   ASSERT_TRUE(report(0, 0, 9).ok());
-  j->watch(0, GenerationState::kStopping, 1h, [j, finished_watch](const Status&, const GenerationView& v) {
+  j->watch(-1, 0, GenerationState::kStopping, 1h, [j, finished_watch](const Status&, const GenerationView& v) {
     if (v.state == GenerationState::kFinished) *finished_watch = j->finished();
   });
   NodeOutcome stopped;
@@ -1010,13 +1010,13 @@ TEST_F(CoordinatorJobTest, CallbacksRunByTickMayCallBackIntoTheJob) {
 
   // The world forms; every node goes silent; tick ends the job.
   form_world();
-  j->watch(0, GenerationState::kRunning, 1h, [j, calls](const Status&, const GenerationView& v) {
+  j->watch(-1, 0, GenerationState::kRunning, 1h, [j, calls](const Status&, const GenerationView& v) {
     if (v.state != GenerationState::kRunning) {
       j->finished();
       ++*calls;
     }
   });
-  j->watch(0, GenerationState::kRunning, 1s, [j, calls](const Status&, const GenerationView&) {
+  j->watch(-1, 0, GenerationState::kRunning, 1s, [j, calls](const Status&, const GenerationView&) {
     int64_t current = 0;
     j->heartbeat(0, 0, current);
     ++*calls;

@@ -14,6 +14,7 @@
 #include "agent/local_agent_service.h"
 #include "coordinator/coordinator_client.h"
 #include "coordinator/coordinator_server.h"
+#include "coordinator/coordinator_service.h"
 
 namespace ddp {
 namespace {
@@ -193,6 +194,18 @@ TEST_F(CoordinatorServiceTest, LocalAgentServiceRegistersAndRelaysOnAPrivateSock
   }
   EXPECT_FALSE(std::filesystem::exists(path));  // removed with the server
   std::filesystem::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace ddp
+
+namespace ddp {
+namespace {
+
+TEST(PeerHost, TakesTheAddressOutOfGrpcPeerStrings) {
+  EXPECT_EQ(peer_host("ipv4:10.0.0.2:5000"), "10.0.0.2");
+  EXPECT_EQ(peer_host("ipv6:%5B::1%5D:5000"), "::1");
+  EXPECT_EQ(peer_host("ipv6:[fe80::1]:80"), "fe80::1");
 }
 
 }  // namespace

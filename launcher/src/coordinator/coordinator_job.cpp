@@ -29,7 +29,8 @@ CoordinatorJob::CoordinatorJob(std::string job_id, std::string token, JobConfig 
       config_(config),
       clock_(clock),
       ids_(ids),
-      rendezvous_(config.nnodes, config.nproc) {
+      rendezvous_(config.nnodes, config.nproc),
+      told_finished_(static_cast<size_t>(config.nnodes), false) {
   rendezvous_.open(0);
 }
 
@@ -144,21 +145,45 @@ GenerationView CoordinatorJob::view_of(int64_t generation) const {
 void CoordinatorJob::release_watches(Fired& fired) {
   auto changed = std::stable_partition(watches_.begin(), watches_.end(),
                                        [this](const Parked& p) { return view_of(p.generation).state == p.known; });
-  for (auto it = changed; it != watches_.end(); ++it) fired.watches.emplace_back(std::move(it->done), view_of(it->generation));
+  for (auto it = changed; it != watches_.end(); ++it) {
+    fired.watches.emplace_back(std::move(it->done), answer(it->node_rank, it->generation, it->after_outcome));
+  }
   watches_.erase(changed, watches_.end());
 }
 
-void CoordinatorJob::watch(int64_t generation, GenerationState known, Duration timeout, WatchCallback done) {
+GenerationView CoordinatorJob::answer(int node_rank, int64_t generation, bool asked_after_outcome) {
+  GenerationView view = view_of(generation);
+  // Only a watch made after the node reported is its agent waiting for the
+  // verdict; an earlier one may belong to a poll the agent has abandoned.
+  if (view.state == GenerationState::kFinished && asked_after_outcome) {
+    told_finished_[static_cast<size_t>(node_rank)] = true;
+  }
+  return view;
+}
+
+bool CoordinatorJob::has_reported(int node_rank) const {
+  return node_rank >= 0 && node_rank < config_.nnodes && static_cast<size_t>(node_rank) < outcomes_.size() &&
+         outcomes_[static_cast<size_t>(node_rank)].has_value();
+}
+
+void CoordinatorJob::watch(int node_rank, int64_t generation, GenerationState known, Duration timeout,
+                           WatchCallback done) {
   GenerationView view;
   {
     std::lock_guard<std::mutex> lock(mutex_);
-    view = view_of(generation);
-    if (view.state == known) {
-      watches_.push_back({generation, known, clock_.now() + timeout, std::move(done)});
+    if (view_of(generation).state == known) {
+      watches_.push_back({node_rank, generation, known, has_reported(node_rank), clock_.now() + timeout, std::move(done)});
       return;
     }
+    view = answer(node_rank, generation, has_reported(node_rank));
   }
   done(Status::Ok(), view);
+}
+
+bool CoordinatorJob::all_nodes_told_finished() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return state_ == GenerationState::kFinished &&
+         std::all_of(told_finished_.begin(), told_finished_.end(), [](bool told) { return told; });
 }
 
 Status CoordinatorJob::check_generation(int64_t generation) const {
@@ -292,7 +317,7 @@ void CoordinatorJob::tick() {
     auto expired = std::stable_partition(watches_.begin(), watches_.end(),
                                          [now](const Parked& p) { return p.deadline > now; });
     for (auto it = expired; it != watches_.end(); ++it) {
-      fired.watches.emplace_back(std::move(it->done), view_of(it->generation));
+      fired.watches.emplace_back(std::move(it->done), answer(it->node_rank, it->generation, it->after_outcome));
     }
     watches_.erase(expired, watches_.end());
   }

@@ -78,7 +78,13 @@ class CoordinatorJob {
   Status report_outcome(int64_t generation, const NodeOutcome& outcome);
   /// Answers as soon as generation's state differs from known, or with the
   /// unchanged state once timeout passes (the caller polls again).
-  void watch(int64_t generation, GenerationState known, Duration timeout, WatchCallback done);
+  /// node_rank says who asks (-1: an observer), so the job knows which
+  /// nodes have heard that it finished.
+  void watch(int node_rank, int64_t generation, GenerationState known, Duration timeout, WatchCallback done);
+  /// True once every node has been answered FINISHED (the hosting agent
+  /// stays up until then, so no agent loses its coordinator before hearing
+  /// the verdict).
+  bool all_nodes_told_finished() const;
 
   Status kv_set(int64_t generation, const std::string& key, std::string value);
   Status kv_get(int64_t generation, const std::string& key, std::optional<std::string>& value);
@@ -104,8 +110,10 @@ class CoordinatorJob {
 
  private:
   struct Parked {
+    int node_rank;
     int64_t generation;
     GenerationState known;
+    bool after_outcome;  // made after node_rank reported its outcome
     SteadyTime deadline;
     WatchCallback done;
   };
@@ -123,6 +131,9 @@ class CoordinatorJob {
   void conclude_if_all_reported(Fired& fired);
   void set_state(GenerationState state, Fired& fired);
   void release_watches(Fired& fired);
+  /// The view a watcher gets; notes who has heard that the job finished.
+  GenerationView answer(int node_rank, int64_t generation, bool asked_after_outcome);
+  bool has_reported(int node_rank) const;
   void on_world_formed();
 
   const std::string job_id_;
@@ -144,6 +155,7 @@ class CoordinatorJob {
   std::optional<NodeOutcome> root_cause_;
   GenerationView finished_view_;
   std::vector<Parked> watches_;
+  std::vector<bool> told_finished_;  // by node rank
 };
 
 }  // namespace ddp

@@ -42,9 +42,12 @@ pb::GenerationState to_pb(GenerationState s) {
 }  // namespace
 
 std::string peer_host(const std::string& peer) {
-  // "ipv4:1.2.3.4:5", "ipv6:[::1]:5", "unix:/path"
+  // "ipv4:1.2.3.4:5", "ipv6:%5B::1%5D:5" (gRPC percent-encodes the brackets), "unix:/path"
   const auto colon = peer.find(':');
   std::string rest = colon == std::string::npos ? peer : peer.substr(colon + 1);
+  for (const auto& [encoded, plain] : {std::pair<std::string, char>{"%5B", '['}, {"%5D", ']'}}) {
+    for (auto at = rest.find(encoded); at != std::string::npos; at = rest.find(encoded)) rest.replace(at, 3, 1, plain);
+  }
   if (!rest.empty() && rest.front() == '[') return rest.substr(1, rest.find(']') - 1);
   const auto port = rest.rfind(':');
   return port == std::string::npos ? rest : rest.substr(0, port);
@@ -145,7 +148,7 @@ CoordinatorService::Reactor* CoordinatorService::Watch(Ctx* ctx, const pb::Watch
     Duration wait = std::chrono::seconds(30);
     const auto left = ctx->deadline() - std::chrono::system_clock::now();
     if (left < wait + std::chrono::milliseconds(200)) wait = std::max<Duration>(Duration::zero(), left - std::chrono::milliseconds(200));
-    job->watch(req->generation(), from_pb(req->known_state()), wait,
+    job->watch(req->node_rank(), req->generation(), from_pb(req->known_state()), wait,
                [this, ctx, reactor, reply](const Status& s, const GenerationView& v) {
                  reply->set_generation(v.generation);
                  reply->set_state(to_pb(v.state));

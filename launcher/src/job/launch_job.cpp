@@ -10,6 +10,7 @@
 #include <csignal>
 #include <fstream>
 #include <system_error>
+#include <thread>
 
 #include "agent/agent_session.h"
 #include "agent/local_agent_service.h"
@@ -137,6 +138,17 @@ class JobListener final : public SupervisorListener {
   int node_rank_ = 0;
 };
 
+// The coordinator lives in this process: leaving at once could cut off agents
+// that have not yet heard the job's verdict. Wait until each has (bounded).
+void linger_until_every_node_heard(CoordinatorServer& server, const LaunchPlan& plan) {
+  std::shared_ptr<CoordinatorJob> job;
+  if (!server.coordinator().find(plan.job_id, plan.token, job).ok()) return;
+  const auto give_up = std::chrono::steady_clock::now() + plan.node_timeout;
+  while (!job->all_nodes_told_finished() && std::chrono::steady_clock::now() < give_up) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+}
+
 }  // namespace
 
 int run_launch(const LaunchPlan& plan, OrphanSentinel* sentinel) {
@@ -211,6 +223,7 @@ int run_launch(const LaunchPlan& plan, OrphanSentinel* sentinel) {
 
   const int code = loop.run(supervisor);
   close(wakeup_fd);
+  if (coordinator) linger_until_every_node_heard(*coordinator, plan);
   if (code == 0) spdlog::info("job {}: all worker(s) succeeded", plan.job_id);
   return code;
 }

@@ -56,7 +56,8 @@ class DistributedDataParallelBase {
   DistributedDataParallelBase(const DistributedDataParallelBase&) = delete;
   DistributedDataParallelBase& operator=(const DistributedDataParallelBase&) = delete;
 
-  /// Before a forward: broadcasts buffers from rank 0 (when broadcast_buffers).
+  /// Before a forward: checks that the previous reduction finished (else
+  /// ReducerError), then broadcasts buffers from rank 0 (when broadcast_buffers).
   void prepare_forward();
 
   /// RAII: while alive, backward only accumulates into .grad locally.

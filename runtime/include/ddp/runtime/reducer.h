@@ -22,11 +22,16 @@
 //  - a parameter got no gradient and find_unused_parameters is off (named);
 //  - a parameter marked ready twice in one backward (e.g. a reentrant
 //    backward reusing it);
-//  - a backward started while the previous reduction had not finished (after
-//    one of the errors above, or a failed collective).
+//  - a backward (or, from prepare_for_forward, a forward) started while the
+//    previous reduction had not finished: after one of the errors above, a
+//    failed collective, or a backward that threw part-way. The reducer stays
+//    in that state; build a new one (as PyTorch, there is no recovery).
 // With find_unused_parameters, parameters that got no gradient in this
 // backward are marked ready at its end: they contribute their current .grad
-// (zero when undefined), and every parameter's .grad is defined afterwards.
+// (zero when undefined). One more small all_reduce (tag bucket -1) tells
+// which parameters some rank used since the last reduction (no_sync steps
+// included): a parameter used on any rank gets the averaged .grad; one that
+// no rank used keeps its .grad undefined when it was (as PyTorch's DDP).
 //
 // No-sync accumulation: with set_require_sync(false) hooks do nothing, so
 // .grad accumulates locally; the next backward with sync on reduces the sum.
@@ -89,6 +94,11 @@ class Reducer {
   Reducer(const Reducer&) = delete;
   Reducer& operator=(const Reducer&) = delete;
 
+  /// Called before each forward (DistributedDataParallel::prepare_forward
+  /// does): throws ReducerError when the previous backward started reducing
+  /// but never reached its end (it threw part-way), or a reduction failed.
+  void prepare_for_forward();
+
   /// false: the next backwards only accumulate into .grad locally.
   void set_require_sync(bool require_sync);
   bool require_sync() const;
@@ -123,7 +133,7 @@ class Reducer {
   void mark_ready_locked(size_t index);
   void launch_ready_buckets_locked();
   void finalize_backward();
-  void finish_reduction_locked();
+  void finish_reduction_locked(const std::shared_ptr<Work>& used_work, const at::Tensor& used);
   void rebuild_locked();
   void fail_locked(const std::string& message);
   void wait_launched_quietly_locked();
@@ -145,6 +155,7 @@ class Reducer {
   bool in_backward_ = false;
   std::string failure_;  // set when a reduction did not finish; later backwards refuse
   std::vector<bool> ready_;
+  std::vector<bool> used_since_sync_;  // got a gradient since the last reduction (no_sync steps too)
   std::vector<int64_t> ready_order_;
   std::vector<int64_t> last_ready_order_;
   size_t next_launch_ = 0;
