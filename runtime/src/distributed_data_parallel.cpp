@@ -76,9 +76,13 @@ void DistributedDataParallelBase::check_same_parameters(const std::vector<std::s
   const int world = collective_->size();
   if (world == 1) return;
   const int64_t n = static_cast<int64_t>(params.size());
-  at::Tensor count = at::full({1}, n, at::kLong);
-  at::Tensor counts = at::empty({world}, at::kLong);
+  // Control tensors live where the backend wants them (NCCL: the device).
+  const at::Device device = params.empty() ? at::Device(at::kCPU) : params.front().device();
+  const auto on_device = at::TensorOptions().dtype(at::kLong).device(device);
+  at::Tensor count = at::full({1}, n, on_device);
+  at::Tensor counts = at::empty({world}, on_device);
   wait_or_throw(collective_->all_gather(count, counts), "parameter count all_gather");
+  counts = counts.to(at::kCPU);
   for (int r = 0; r < world; ++r) {
     const int64_t c = counts[r].item<int64_t>();
     if (c != counts[0].item<int64_t>()) {
@@ -93,9 +97,10 @@ void DistributedDataParallelBase::check_same_parameters(const std::vector<std::s
     const auto sig = signature(params[static_cast<size_t>(i)]);
     for (int64_t k = 0; k < kSlots; ++k) mine[i][k] = sig[static_cast<size_t>(k)];
   }
-  at::Tensor all = at::empty({world, n, kSlots}, at::kLong);
+  mine = mine.to(device);
+  at::Tensor all = at::empty({world, n, kSlots}, on_device);
   wait_or_throw(collective_->all_gather(mine, all), "parameter shape all_gather");
-  all = all.contiguous();
+  all = all.to(at::kCPU).contiguous();
   const int64_t* data = all.data_ptr<int64_t>();
   for (int64_t i = 0; i < n; ++i) {
     const int64_t* ref = data + i * kSlots;  // rank 0

@@ -284,6 +284,7 @@ void Reducer::finalize_backward() {
     used = at::zeros({static_cast<int64_t>(params_.size())}, at::kInt);
     auto* flags = used.data_ptr<int32_t>();
     for (size_t i = 0; i < params_.size(); ++i) flags[i] = used_since_sync_[i] ? 1 : 0;
+    used = used.to(comm_device());  // NCCL needs device tensors
     used_work = collective_->all_reduce(used, ReduceOp::kSum);
   }
   finish_reduction_locked(used_work, used);
@@ -308,7 +309,8 @@ void Reducer::finish_reduction_locked(const std::shared_ptr<Work>& used_work, co
       throw ReducerError("DDP reducer: " + error);
     }
   }
-  const int32_t* used_anywhere = used.defined() ? used.data_ptr<int32_t>() : nullptr;
+  const at::Tensor used_cpu = used.defined() ? used.to(at::kCPU) : at::Tensor();
+  const int32_t* used_anywhere = used_cpu.defined() ? used_cpu.data_ptr<int32_t>() : nullptr;
   for (size_t b = 0; b < buckets_.size(); ++b) {
     Bucket& bucket = *buckets_[b];
     std::string error;
@@ -349,7 +351,7 @@ void Reducer::finish_reduction_locked(const std::shared_ptr<Work>& used_work, co
 void Reducer::rebuild_locked() {
   rebuilt_ = true;
   if (last_ready_order_.size() != params_.size()) return;
-  at::Tensor order = at::tensor(last_ready_order_, at::kLong);
+  at::Tensor order = at::tensor(last_ready_order_, at::kLong).to(comm_device());
   try {
     auto work = collective_->broadcast(order, 0);
     if (!work->wait(options_.timeout)) throw CollectiveError("timed out");
@@ -358,9 +360,14 @@ void Reducer::rebuild_locked() {
     fail_locked(msg);
     throw ReducerError(msg);
   }
+  order = order.to(at::kCPU);
   std::vector<int64_t> agreed(static_cast<size_t>(order.numel()));
   std::copy_n(order.data_ptr<int64_t>(), agreed.size(), agreed.begin());
   build_buckets(agreed);
+}
+
+at::Device Reducer::comm_device() const {
+  return params_.empty() ? at::Device(at::kCPU) : params_.front().device();
 }
 
 void Reducer::wait_launched_quietly_locked() {

@@ -6,7 +6,7 @@ import os
 import re
 import secrets
 import signal
-import stat
+import sys
 import time
 import unittest
 
@@ -171,7 +171,7 @@ class TeardownTest(MultiNodeTestCase):
         agent_spread = max(t_exit.values()) - t_fail
         timing = (f"last worker died {worker_spread * 1000:.0f} ms and last agent exited "
                   f"{agent_spread * 1000:.0f} ms after rank {fail_rank} failed")
-        print(f"\n  {self.id()}: {timing}")
+        sys.stderr.write(f"\n  {self.id()}: {timing}\n")
         for i, res in enumerate(results):
             self.assertEqual(res.rc, code, f"agent {i}: {timing}{desc}")
             self.assertRegex(res.err, rf"rank {fail_rank}\b",

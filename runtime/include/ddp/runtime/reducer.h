@@ -35,6 +35,12 @@
 //
 // No-sync accumulation: with set_require_sync(false) hooks do nothing, so
 // .grad accumulates locally; the next backward with sync on reduces the sum.
+// Two synchronized backwards in a row each reduce what .grad holds then, so
+// .grad ends as the sum of both averages, as without DDP.
+//
+// Every rank must run the same sequence of synchronized backwards (each
+// issues the same all_reduces in the same order); the errors above are
+// raised on every rank alike when the ranks run the same model and code.
 //
 // Threading: the hooks and the end-of-backward callback run on autograd's
 // thread (the caller's thread for CPU tensors); one backward at a time per
@@ -137,6 +143,7 @@ class Reducer {
   void rebuild_locked();
   void fail_locked(const std::string& message);
   void wait_launched_quietly_locked();
+  at::Device comm_device() const;  // where small control tensors go (the backend's device)
 
   std::vector<at::Tensor> params_;
   std::vector<std::string> names_;
