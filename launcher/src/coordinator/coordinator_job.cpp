@@ -180,10 +180,10 @@ void CoordinatorJob::watch(int node_rank, int64_t generation, GenerationState kn
   done(Status::Ok(), view);
 }
 
-bool CoordinatorJob::all_nodes_told_finished() const {
+bool CoordinatorJob::verdict_undelivered() const {
   std::lock_guard<std::mutex> lock(mutex_);
-  return state_ == GenerationState::kFinished &&
-         std::all_of(told_finished_.begin(), told_finished_.end(), [](bool told) { return told; });
+  return state_ == GenerationState::kFinished && world_formed_ &&
+         std::any_of(told_finished_.begin(), told_finished_.end(), [](bool told) { return !told; });
 }
 
 Status CoordinatorJob::check_generation(int64_t generation) const {

@@ -81,10 +81,10 @@ class CoordinatorJob {
   /// node_rank says who asks (-1: an observer), so the job knows which
   /// nodes have heard that it finished.
   void watch(int node_rank, int64_t generation, GenerationState known, Duration timeout, WatchCallback done);
-  /// True once every node has been answered FINISHED (the hosting agent
-  /// stays up until then, so no agent loses its coordinator before hearing
-  /// the verdict).
-  bool all_nodes_told_finished() const;
+  /// True while the job has finished but some node of its world has not yet
+  /// been told (the hosting agent stays up until then, so no agent loses its
+  /// coordinator before hearing the verdict). False when no world formed.
+  bool verdict_undelivered() const;
 
   Status kv_set(int64_t generation, const std::string& key, std::string value);
   Status kv_get(int64_t generation, const std::string& key, std::optional<std::string>& value);

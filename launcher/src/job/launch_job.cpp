@@ -144,7 +144,7 @@ void linger_until_every_node_heard(CoordinatorServer& server, const LaunchPlan& 
   std::shared_ptr<CoordinatorJob> job;
   if (!server.coordinator().find(plan.job_id, plan.token, job).ok()) return;
   const auto give_up = std::chrono::steady_clock::now() + plan.node_timeout;
-  while (!job->all_nodes_told_finished() && std::chrono::steady_clock::now() < give_up) {
+  while (job->verdict_undelivered() && std::chrono::steady_clock::now() < give_up) {
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
   }
 }
@@ -169,11 +169,20 @@ int run_launch(const LaunchPlan& plan, OrphanSentinel* sentinel) {
     const std::string listen_host = plan.nnodes == 1 ? "127.0.0.1" : "0.0.0.0";
     CoordinatorOptions options;
     options.node_timeout = plan.node_timeout;
-    coordinator = std::make_unique<CoordinatorServer>(ServerAddress{listen_host, plan.rdzv_port}, tls, options);
+    try {
+      coordinator = std::make_unique<CoordinatorServer>(ServerAddress{listen_host, plan.rdzv_port}, tls, options);
+    } catch (const std::runtime_error& e) {
+      // Agents started at the same moment may all have seen the port free;
+      // one won it. Unless told to host, join the winner's coordinator.
+      if (plan.nnodes == 1 || plan.is_host.value_or(false)) throw;
+      spdlog::info("another agent hosts the coordinator at {} ({})", endpoint, e.what());
+    }
+  }
+  if (coordinator) {
     coordinator->coordinator().create_job(plan.job_id, plan.token, {plan.nnodes, plan.nproc, plan.max_restarts});
     if (plan.nnodes == 1) endpoint = fmt::format("127.0.0.1:{}", coordinator->port());
-    spdlog::info("coordinator listening on {}:{} (NCCL IDs: {})", listen_host, coordinator->port(),
-                 coordinator->coordinator().ids().describe());
+    spdlog::info("coordinator listening on {}:{} (NCCL IDs: {})", plan.nnodes == 1 ? "127.0.0.1" : "0.0.0.0",
+                 coordinator->port(), coordinator->coordinator().ids().describe());
   }
 
   const int wakeup_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
