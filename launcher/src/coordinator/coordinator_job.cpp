@@ -180,10 +180,13 @@ void CoordinatorJob::watch(int node_rank, int64_t generation, GenerationState kn
   done(Status::Ok(), view);
 }
 
-bool CoordinatorJob::verdict_undelivered() const {
+bool CoordinatorJob::verdict_undelivered(int except_node) const {
   std::lock_guard<std::mutex> lock(mutex_);
-  return state_ == GenerationState::kFinished && world_formed_ &&
-         std::any_of(told_finished_.begin(), told_finished_.end(), [](bool told) { return !told; });
+  if (state_ != GenerationState::kFinished || !world_formed_) return false;
+  for (size_t node = 0; node < told_finished_.size(); ++node) {
+    if (!told_finished_[node] && static_cast<int>(node) != except_node) return true;
+  }
+  return false;
 }
 
 Status CoordinatorJob::check_generation(int64_t generation) const {

@@ -84,7 +84,8 @@ class CoordinatorJob {
   /// True while the job has finished but some node of its world has not yet
   /// been told (the hosting agent stays up until then, so no agent loses its
   /// coordinator before hearing the verdict). False when no world formed.
-  bool verdict_undelivered() const;
+  /// except_node: the asking agent's own node, which knows the verdict.
+  bool verdict_undelivered(int except_node) const;
 
   Status kv_set(int64_t generation, const std::string& key, std::string value);
   Status kv_get(int64_t generation, const std::string& key, std::optional<std::string>& value);

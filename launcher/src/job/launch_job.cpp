@@ -140,11 +140,11 @@ class JobListener final : public SupervisorListener {
 
 // The coordinator lives in this process: leaving at once could cut off agents
 // that have not yet heard the job's verdict. Wait until each has (bounded).
-void linger_until_every_node_heard(CoordinatorServer& server, const LaunchPlan& plan) {
+void linger_until_every_node_heard(CoordinatorServer& server, const LaunchPlan& plan, int own_node) {
   std::shared_ptr<CoordinatorJob> job;
   if (!server.coordinator().find(plan.job_id, plan.token, job).ok()) return;
   const auto give_up = std::chrono::steady_clock::now() + plan.node_timeout;
-  while (job->verdict_undelivered() && std::chrono::steady_clock::now() < give_up) {
+  while (job->verdict_undelivered(own_node) && std::chrono::steady_clock::now() < give_up) {
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
   }
 }
@@ -232,7 +232,10 @@ int run_launch(const LaunchPlan& plan, OrphanSentinel* sentinel) {
 
   const int code = loop.run(supervisor);
   close(wakeup_fd);
-  if (coordinator) linger_until_every_node_heard(*coordinator, plan);
+  // A user who stopped ddplaunch with a signal wants it gone now.
+  if (coordinator && supervisor.stop_signal() == 0) {
+    linger_until_every_node_heard(*coordinator, plan, session.assignment().node_rank);
+  }
   if (code == 0) spdlog::info("job {}: all worker(s) succeeded", plan.job_id);
   return code;
 }

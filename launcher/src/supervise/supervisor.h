@@ -129,6 +129,8 @@ class Supervisor {
   /// Valid once finished(): 0, the root-cause rank's shell code, or 128+N.
   int exit_code() const { return exit_code_; }
   int attempt() const { return attempt_; }
+  /// The signal that stopped the job, 0 if none.
+  int stop_signal() const { return stop_signal_; }
   const std::vector<WorkerRecord>& workers() const { return workers_; }
   /// The root cause of the current attempt's failure, if any.
   const WorkerRecord* root_cause() const;
