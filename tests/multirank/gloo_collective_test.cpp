@@ -423,23 +423,5 @@ TEST(GlooCollective, FlightRecordNumbersEveryOp) {
   });
 }
 
-// Informational: run with --gtest_also_run_disabled_tests.
-TEST(GlooCollective, DISABLED_AllReduceTiming) {
-  for (int64_t mib : {1, 16, 64}) {
-    std::vector<double> ms(2);
-    run_ranks(2, [&](Collective& c, int rank) {
-      at::Tensor t = at::ones({mib * (1 << 20) / 4}, at::kFloat);
-      ASSERT_TRUE(c.all_reduce(t, ReduceOp::kSum)->wait(30s));  // warm-up
-      const int iters = mib >= 64 ? 5 : 10;
-      ASSERT_TRUE(c.barrier()->wait(30s));
-      const auto start = std::chrono::steady_clock::now();
-      for (int i = 0; i < iters; ++i) ASSERT_TRUE(c.all_reduce(t, ReduceOp::kSum)->wait(30s));
-      ms[rank] = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count() / iters;
-    });
-    std::printf("all_reduce float32 %3lld MiB, 2 thread-ranks: %8.2f ms (%.2f GB/s algbw)\n",
-                static_cast<long long>(mib), ms[0], mib * 1.048576e6 / (ms[0] * 1e6));
-  }
-}
-
 }  // namespace
 }  // namespace ddp
