@@ -1,5 +1,7 @@
 #include "ddp/runtime/gloo_collective.h"
 
+#include "ddp/runtime/completion_work.h"
+
 #include <net/if.h>
 
 #include <algorithm>
@@ -47,47 +49,6 @@ std::chrono::milliseconds to_ms(Duration d) {
   if (d > cap) return std::chrono::duration_cast<std::chrono::milliseconds>(cap);
   return std::max(std::chrono::milliseconds(1), std::chrono::duration_cast<std::chrono::milliseconds>(d));
 }
-
-class GlooWork final : public Work {
- public:
-  explicit GlooWork(uint64_t sequence) : sequence_(sequence) {}
-
-  bool wait(Duration timeout) override {
-    std::unique_lock<std::mutex> lock(mutex_);
-    if (timeout >= std::chrono::hours(24 * 365)) {
-      cv_.wait(lock, [&] { return done_; });
-    } else if (!cv_.wait_for(lock, timeout, [&] { return done_; })) {
-      return false;
-    }
-    if (error_) std::rethrow_exception(error_);
-    return true;
-  }
-  bool is_completed() const override {
-    std::lock_guard<std::mutex> lock(mutex_);
-    return done_;
-  }
-  std::exception_ptr error() const override {
-    std::lock_guard<std::mutex> lock(mutex_);
-    return error_;
-  }
-  uint64_t sequence() const override { return sequence_; }
-
-  void finish(std::exception_ptr error) {
-    {
-      std::lock_guard<std::mutex> lock(mutex_);
-      done_ = true;
-      error_ = std::move(error);
-    }
-    cv_.notify_all();
-  }
-
- private:
-  const uint64_t sequence_;
-  mutable std::mutex mutex_;
-  std::condition_variable cv_;
-  bool done_ = false;
-  std::exception_ptr error_;
-};
 
 using ReduceFn = void (*)(void*, const void*, const void*, size_t);
 
@@ -266,7 +227,7 @@ class GlooCollective final : public Collective {
     uint64_t sequence;
     std::string name;
     std::function<void(uint32_t)> fn;
-    std::shared_ptr<GlooWork> work;
+    std::shared_ptr<CompletionWork> work;
   };
 
   void check_cpu(const char* op, const at::Tensor& t) const {
@@ -284,12 +245,12 @@ class GlooCollective final : public Collective {
 
   std::shared_ptr<Work> enqueue(std::string name, int64_t bytes, std::string dtype, int bucket,
                                 std::function<void(uint32_t)> fn) {
-    std::shared_ptr<GlooWork> work;
+    std::shared_ptr<CompletionWork> work;
     {
       std::lock_guard<std::mutex> lock(mutex_);
       // Numbered under the queue lock so sequence order is queue order.
       const uint64_t seq = recorder_.enqueue(name, bytes, std::move(dtype), bucket, SystemClock::instance().now());
-      work = std::make_shared<GlooWork>(seq);
+      work = std::make_shared<CompletionWork>(seq);
       queue_.push_back(Op{seq, std::move(name), std::move(fn), work});
     }
     cv_.notify_all();

@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "ddp/runtime/collective.h"
+#include "ddp/runtime/completion_work.h"
 
 namespace ddp::testing {
 
@@ -57,44 +58,6 @@ class ThreadGroup {
   uint64_t generation_ = 0;
   std::vector<at::Tensor> slots_;
   std::vector<std::string> ops_;
-};
-
-class ThreadWork final : public Work {
- public:
-  explicit ThreadWork(uint64_t seq) : seq_(seq) {}
-  bool wait(Duration timeout) override {
-    std::unique_lock<std::mutex> lock(mutex_);
-    auto done = [&] { return done_; };
-    if (timeout == Duration::max()) {
-      cv_.wait(lock, done);
-    } else if (!cv_.wait_for(lock, timeout, done)) {
-      return false;
-    }
-    if (error_) std::rethrow_exception(error_);
-    return true;
-  }
-  bool is_completed() const override {
-    std::lock_guard<std::mutex> lock(mutex_);
-    return done_;
-  }
-  std::exception_ptr error() const override {
-    std::lock_guard<std::mutex> lock(mutex_);
-    return error_;
-  }
-  uint64_t sequence() const override { return seq_; }
-  void finish(std::exception_ptr error) {
-    std::lock_guard<std::mutex> lock(mutex_);
-    done_ = true;
-    error_ = std::move(error);
-    cv_.notify_all();
-  }
-
- private:
-  uint64_t seq_;
-  mutable std::mutex mutex_;
-  std::condition_variable cv_;
-  bool done_ = false;
-  std::exception_ptr error_;
 };
 
 class ThreadCollective final : public Collective {
@@ -173,7 +136,7 @@ class ThreadCollective final : public Collective {
     const int64_t bytes = t.defined() ? static_cast<int64_t>(t.numel() * t.element_size()) : 0;
     const std::string dtype = t.defined() ? std::string(c10::toString(t.scalar_type())) : std::string();
     const uint64_t seq = recorder_.enqueue(op, bytes, dtype, bucket, std::chrono::steady_clock::now());
-    auto work = std::make_shared<ThreadWork>(seq);
+    auto work = std::make_shared<CompletionWork>(seq);
     std::lock_guard<std::mutex> lock(mutex_);
     queue_.push_back(Item{seq, std::move(fn), work});
     cv_.notify_all();
@@ -205,7 +168,7 @@ class ThreadCollective final : public Collective {
   struct Item {
     uint64_t seq = 0;
     std::function<void()> fn;
-    std::shared_ptr<ThreadWork> work;
+    std::shared_ptr<CompletionWork> work;
   };
 
   std::shared_ptr<ThreadGroup> group_;
