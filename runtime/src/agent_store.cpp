@@ -148,4 +148,16 @@ std::shared_ptr<Store> AgentConnection::store(int64_t generation) {
   return std::make_shared<AgentStore>(impl_, generation);
 }
 
+std::string AgentConnection::nccl_unique_id(int64_t generation, const std::string& comm_key, Duration timeout) {
+  pb::NcclIdRequest req;
+  impl_->authorize(req.mutable_auth());
+  req.set_generation(generation);
+  req.set_comm_key(comm_key);
+  pb::NcclIdReply reply;
+  grpc::ClientContext ctx;
+  set_deadline(ctx, timeout);
+  check(impl_->stub->GetNcclId(&ctx, req, &reply), "getting the NCCL unique id from the local agent");
+  return reply.unique_id();
+}
+
 }  // namespace ddp

@@ -12,6 +12,11 @@
 #include "ddp/runtime/agent_store.h"
 #include "ddp/runtime/gloo_collective.h"
 #include "ddp/runtime/tcp_store.h"
+#if DDP_HAVE_NCCL
+#include <cuda_runtime_api.h>
+
+#include "ddp/runtime/nccl_collective.h"
+#endif
 
 namespace ddp {
 namespace {
@@ -37,8 +42,11 @@ int int_env(const char* name, std::optional<int> fallback = std::nullopt) {
   return static_cast<int>(n);
 }
 
-void join_via_agent(ProcessGroup& group, std::shared_ptr<Store>& store, const InitOptions& options) {
-  AgentConnection agent(required("DDPLAUNCH_AGENT_SOCKET"), required("DDPLAUNCH_JOB_ID"), required("DDPLAUNCH_TOKEN"));
+std::unique_ptr<AgentConnection> join_via_agent(ProcessGroup& group, std::shared_ptr<Store>& store,
+                                                const InitOptions& options) {
+  auto connection = std::make_unique<AgentConnection>(required("DDPLAUNCH_AGENT_SOCKET"), required("DDPLAUNCH_JOB_ID"),
+                                                      required("DDPLAUNCH_TOKEN"));
+  AgentConnection& agent = *connection;
   const AgentRegistration reg = agent.register_rank(int_env("RANK"), options.timeout);
   group.rank = reg.rank;
   group.world_size = reg.world_size;
@@ -48,6 +56,7 @@ void join_via_agent(ProcessGroup& group, std::shared_ptr<Store>& store, const In
   group.generation = reg.generation;
   group.source = "ddplaunch agent";
   store = agent.store(reg.generation);
+  return connection;
 }
 
 void join_via_env(ProcessGroup& group, std::shared_ptr<Store>& store, const InitOptions& options) {
@@ -67,6 +76,61 @@ void join_via_env(ProcessGroup& group, std::shared_ptr<Store>& store, const Init
   store = make_prefix_store(make_tcp_store(addr, port, group.rank == 0, group.world_size, options.timeout),
                             fmt::format("ddp/{}", group.generation));
 }
+
+/// Whether this process uses NCCL: "nccl", or "auto" on a build with NCCL that
+/// sees a GPU. Throws InitError for an unknown backend or an NCCL that cannot be.
+bool want_nccl(const std::string& backend) {
+  if (backend != "auto" && backend != "gloo" && backend != "nccl") {
+    throw InitError(fmt::format("ddp::init: unknown backend '{}' (auto, gloo or nccl)", backend));
+  }
+  if (backend == "gloo") return false;
+#if DDP_HAVE_NCCL
+  const bool have_gpu = cuda_device_count() > 0;
+  if (backend == "nccl" && !have_gpu) {
+    throw InitError("ddp::init: backend 'nccl' needs a CUDA device, and this process sees none "
+                    "(check the driver and CUDA_VISIBLE_DEVICES); use 'gloo' on CPUs");
+  }
+  return have_gpu;
+#else
+  if (backend == "nccl") {
+    throw InitError("ddp::init: backend 'nccl' is not available: this build of ddp_runtime has no NCCL "
+                    "(CMake found no CUDA toolkit or NCCL); use 'gloo', or rebuild where both are installed");
+  }
+  return false;
+#endif
+}
+
+#if DDP_HAVE_NCCL
+/// Binds this rank's GPU (LOCAL_RANK modulo the visible devices) and builds the
+/// NCCL communicator from the id the coordinator hands out (under the agent) or
+/// that rank 0 made and put in the store (key "nccl/world").
+std::unique_ptr<Collective> make_nccl_world(const ProcessGroup& group, const std::shared_ptr<Store>& store,
+                                            AgentConnection* agent, const InitOptions& options) {
+  const int devices = cuda_device_count();
+  const int device = group.local_rank % devices;
+  const cudaError_t e = cudaSetDevice(device);
+  if (e != cudaSuccess) {
+    throw InitError(fmt::format("ddp::init: cudaSetDevice({}) for local rank {} failed: {}", device, group.local_rank,
+                                cudaGetErrorString(e)));
+  }
+  std::string id;
+  try {
+    if (agent != nullptr) {
+      id = agent->nccl_unique_id(group.generation, "world", options.timeout);
+    } else {
+      const std::string key = "nccl/world";
+      if (group.rank == 0) store->set(key, nccl_new_unique_id());
+      store->wait({key}, options.timeout);
+      id = store->get(key).value_or("");
+    }
+  } catch (const StoreError& err) {
+    throw InitError(fmt::format("ddp::init: could not get the NCCL unique id ({}): {}", group.source, err.what()));
+  }
+  NcclOptions nccl;
+  nccl.timeout = options.timeout;
+  return make_nccl_collective(id, group.rank, group.world_size, device, nccl);
+}
+#endif
 
 }  // namespace
 
@@ -96,14 +160,19 @@ std::string local_address_towards(const std::string& host) {
 }
 
 std::unique_ptr<ProcessGroup> init(const InitOptions& options) {
+  const bool nccl = want_nccl(options.backend);  // refuses an impossible backend before joining
   auto group = std::make_unique<ProcessGroup>();
+  std::unique_ptr<AgentConnection> agent;
   if (env("DDPLAUNCH_AGENT_SOCKET")) {
-    join_via_agent(*group, group->store_, options);
+    agent = join_via_agent(*group, group->store_, options);
   } else {
     join_via_env(*group, group->store_, options);
   }
-  if (options.backend != "auto" && options.backend != "gloo") {
-    throw InitError(fmt::format("ddp::init: backend '{}' is not available in this build (gloo is)", options.backend));
+  if (nccl) {
+#if DDP_HAVE_NCCL
+    group->collective_ = make_nccl_world(*group, group->store_, agent.get(), options);
+    return group;
+#endif
   }
   GlooOptions gloo;
   gloo.interface_or_host = local_address_towards(env("MASTER_ADDR").value_or("127.0.0.1"));

@@ -53,6 +53,10 @@ int run_allreduce_bench(const AllreduceBenchOptions& o) {
   const int n = group->world_size;
   const bool root = group->rank == 0;
   const at::ScalarType dtype = scalar_type(o.dtype);
+  // NCCL reduces device memory: every tensor it sees lives on this rank's GPU.
+  const at::Device device = comm.backend() == "nccl" ? at::Device(at::kCUDA, static_cast<c10::DeviceIndex>(group->local_rank))
+                                                     : at::Device(at::kCPU);
+  const auto on_device = at::TensorOptions().device(device);
   const int64_t element = static_cast<int64_t>(c10::elementSize(dtype));
   if (root && !o.json) {
     std::printf("# ddpbench allreduce: %d ranks, backend %s, dtype %s (%s)\n", n, comm.backend().c_str(),
@@ -62,7 +66,7 @@ int run_allreduce_bench(const AllreduceBenchOptions& o) {
   bool all_right = true;
   for (const std::string& size_text : o.sizes) {
     const int64_t count = std::max<int64_t>(1, parse_size(size_text) / element);
-    at::Tensor t = at::empty({count}, at::TensorOptions().dtype(dtype));
+    at::Tensor t = at::empty({count}, on_device.dtype(dtype));
     for (int i = 0; i < o.warmup; ++i) {
       t.fill_(1);
       comm.all_reduce(t, ReduceOp::kSum)->wait();
@@ -77,13 +81,13 @@ int run_allreduce_bench(const AllreduceBenchOptions& o) {
     }
     // Every element must hold 1 + 2 + ... + n.
     const double expected = n * (n + 1) / 2.0;
-    const bool right = t.to(at::kDouble).sub(expected).abs().max().item<double>() < 1e-3 * expected;
+    const bool right = t.to(at::kCPU).to(at::kDouble).sub(expected).abs().max().item<double>() < 1e-3 * expected;
     all_right = all_right && right;
     // Report the slowest rank's time: the collective ends when the last rank does.
-    at::Tensor slowest = at::full({1}, total_s / o.iters, at::TensorOptions().dtype(at::kDouble));
+    at::Tensor slowest = at::full({1}, total_s / o.iters, on_device.dtype(at::kDouble));
     at::Tensor gathered = at::empty({n}, slowest.options());
     comm.all_gather(slowest, gathered)->wait();
-    const double seconds = gathered.max().item<double>();
+    const double seconds = gathered.to(at::kCPU).max().item<double>();
     const double bytes = static_cast<double>(count * element);
     const double algbw = bytes / seconds / 1e9;
     const double busbw = algbw * 2.0 * (n - 1) / n;

@@ -35,6 +35,10 @@ class AgentConnection {
   AgentRegistration register_rank(int rank, Duration timeout);
   /// The job's store for generation (from the registration).
   std::shared_ptr<Store> store(int64_t generation);
+  /// The NCCL unique id (128 bytes) the coordinator hands out for
+  /// (generation, comm_key): the same bytes for every rank that asks. Throws
+  /// StoreError when refused, unreachable or past timeout.
+  std::string nccl_unique_id(int64_t generation, const std::string& comm_key, Duration timeout);
 
   struct Impl;  // the gRPC stub and credentials (shared with the stores it made)
 
