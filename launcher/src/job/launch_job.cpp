@@ -149,44 +149,30 @@ void linger_until_every_node_heard(CoordinatorServer& server, const LaunchPlan& 
   }
 }
 
-}  // namespace
-
-int run_launch(const LaunchPlan& plan, OrphanSentinel* sentinel) {
-  const std::vector<std::string> base_env = current_environment();
-  const TlsFiles tls{plan.tls_cert, plan.tls_key, plan.tls_ca};
-  spdlog::info("job {}: {} node(s) ({}), {} worker(s) here ({}), logs in {}", plan.job_id, plan.nnodes,
-               plan.topology_source, plan.nproc, plan.nproc_reason, plan.job_log_dir.string());
-  for (const auto& note : plan.topology_notes) spdlog::info("  {}", note);
-  if (plan.token_generated && plan.nnodes > 1) {
-    spdlog::warn("no --token or DDPLAUNCH_TOKEN: the job id serves as the token, so anyone who knows it can join");
+// Node 0 (and every single-node job) hosts the coordinator. Returns null when
+// another agent won the port (agents started at the same moment may all have
+// seen it free); unless told to host, this agent then joins the winner's.
+std::unique_ptr<CoordinatorServer> host_coordinator(const LaunchPlan& plan, const TlsFiles& tls) {
+  if (!plan.host_coordinator) return nullptr;
+  // Single-node jobs stay on loopback; multi-node listening is explicit.
+  const std::string listen_host = plan.nnodes == 1 ? "127.0.0.1" : "0.0.0.0";
+  CoordinatorOptions options;
+  options.node_timeout = plan.node_timeout;
+  std::unique_ptr<CoordinatorServer> server;
+  try {
+    server = std::make_unique<CoordinatorServer>(ServerAddress{listen_host, plan.rdzv_port}, tls, options);
+  } catch (const std::runtime_error& e) {
+    if (plan.nnodes == 1 || plan.is_host.value_or(false)) throw;
+    spdlog::info("another agent hosts the coordinator at {}:{} ({})", plan.rdzv_host, plan.rdzv_port, e.what());
+    return nullptr;
   }
+  server->coordinator().create_job(plan.job_id, plan.token, {plan.nnodes, plan.nproc, plan.max_restarts});
+  spdlog::info("coordinator listening on {}:{} (NCCL IDs: {})", listen_host, server->port(),
+               server->coordinator().ids().describe());
+  return server;
+}
 
-  // Node 0 (and every single-node job) hosts the coordinator.
-  std::unique_ptr<CoordinatorServer> coordinator;
-  std::string endpoint = fmt::format("{}:{}", plan.rdzv_host, plan.rdzv_port);
-  if (plan.host_coordinator) {
-    // Single-node jobs stay on loopback; multi-node listening is explicit.
-    const std::string listen_host = plan.nnodes == 1 ? "127.0.0.1" : "0.0.0.0";
-    CoordinatorOptions options;
-    options.node_timeout = plan.node_timeout;
-    try {
-      coordinator = std::make_unique<CoordinatorServer>(ServerAddress{listen_host, plan.rdzv_port}, tls, options);
-    } catch (const std::runtime_error& e) {
-      // Agents started at the same moment may all have seen the port free;
-      // one won it. Unless told to host, join the winner's coordinator.
-      if (plan.nnodes == 1 || plan.is_host.value_or(false)) throw;
-      spdlog::info("another agent hosts the coordinator at {} ({})", endpoint, e.what());
-    }
-  }
-  if (coordinator) {
-    coordinator->coordinator().create_job(plan.job_id, plan.token, {plan.nnodes, plan.nproc, plan.max_restarts});
-    if (plan.nnodes == 1) endpoint = fmt::format("127.0.0.1:{}", coordinator->port());
-    spdlog::info("coordinator listening on {}:{} (NCCL IDs: {})", plan.nnodes == 1 ? "127.0.0.1" : "0.0.0.0",
-                 coordinator->port(), coordinator->coordinator().ids().describe());
-  }
-
-  const int wakeup_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
-  if (wakeup_fd < 0) throw std::system_error(errno, std::generic_category(), "eventfd");
+AgentSettings agent_settings(const LaunchPlan& plan, const std::string& endpoint, const TlsFiles& tls) {
   AgentSettings settings;
   settings.endpoint = endpoint;
   settings.job_id = plan.job_id;
@@ -202,8 +188,45 @@ int run_launch(const LaunchPlan& plan, OrphanSentinel* sentinel) {
   settings.join_timeout = plan.join_timeout;
   settings.heartbeat_interval = plan.agent_heartbeat_interval;
   settings.coordinator_timeout = plan.node_timeout;
-  AgentSession session(settings, wakeup_fd);
+  return settings;
+}
 
+// Owns the eventfd through which the agent's threads wake the event loop.
+class WakeupFd {
+ public:
+  WakeupFd() : fd_(eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)) {
+    if (fd_ < 0) throw std::system_error(errno, std::generic_category(), "eventfd");
+  }
+  ~WakeupFd() { close(fd_); }
+  WakeupFd(const WakeupFd&) = delete;
+  WakeupFd& operator=(const WakeupFd&) = delete;
+  int fd() const { return fd_; }
+  void drain() const {
+    uint64_t count = 0;
+    [[maybe_unused]] ssize_t n = read(fd_, &count, sizeof count);
+  }
+
+ private:
+  int fd_;
+};
+
+}  // namespace
+
+int run_launch(const LaunchPlan& plan, OrphanSentinel* sentinel) {
+  const std::vector<std::string> base_env = current_environment();
+  const TlsFiles tls{plan.tls_cert, plan.tls_key, plan.tls_ca};
+  spdlog::info("job {}: {} node(s) ({}), {} worker(s) here ({}), logs in {}", plan.job_id, plan.nnodes,
+               plan.topology_source, plan.nproc, plan.nproc_reason, plan.job_log_dir.string());
+  for (const auto& note : plan.topology_notes) spdlog::info("  {}", note);
+  if (plan.token_generated && plan.nnodes > 1) {
+    spdlog::warn("no --token or DDPLAUNCH_TOKEN: the job id serves as the token, so anyone who knows it can join");
+  }
+
+  const std::unique_ptr<CoordinatorServer> coordinator = host_coordinator(plan, tls);
+  const std::string endpoint = plan.nnodes == 1 ? fmt::format("127.0.0.1:{}", coordinator->port())
+                                                : fmt::format("{}:{}", plan.rdzv_host, plan.rdzv_port);
+  const WakeupFd wakeup;
+  AgentSession session(agent_settings(plan, endpoint, tls), wakeup.fd());
   const std::string socket_path = fmt::format("{}/{}.sock", agent_socket_dir(), getpid());
   LocalAgentServer local(socket_path, session.client(), plan.job_id, plan.token);
 
@@ -221,9 +244,8 @@ int run_launch(const LaunchPlan& plan, OrphanSentinel* sentinel) {
     return plan_workers(plan, layout, base_env, socket_path, attempt);
   };
   Supervisor supervisor(std::move(config), spawner, SystemClock::instance(), listener, session);
-  loop.watch_wakeup(wakeup_fd, [&](Supervisor& s) {
-    uint64_t count = 0;
-    [[maybe_unused]] ssize_t n = read(wakeup_fd, &count, sizeof count);
+  loop.watch_wakeup(wakeup.fd(), [&](Supervisor& s) {
+    wakeup.drain();
     if (session.stop_requested()) {
       spdlog::error("stopping this node's workers: {}", session.stop_reason());
       s.stop_attempt();
@@ -231,7 +253,6 @@ int run_launch(const LaunchPlan& plan, OrphanSentinel* sentinel) {
   });
 
   const int code = loop.run(supervisor);
-  close(wakeup_fd);
   // A user who stopped ddplaunch with a signal wants it gone now.
   if (coordinator && supervisor.stop_signal() == 0) {
     linger_until_every_node_heard(*coordinator, plan, session.assignment().node_rank);
