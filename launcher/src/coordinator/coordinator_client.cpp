@@ -29,15 +29,6 @@ void set_deadline(grpc::ClientContext& ctx, Duration timeout) {
 
 int64_t to_ms(Duration d) { return std::chrono::duration_cast<std::chrono::milliseconds>(d).count(); }
 
-GenerationState from_pb(pb::GenerationState s) {
-  switch (s) {
-    case pb::STOPPING: return GenerationState::kStopping;
-    case pb::RESTARTING: return GenerationState::kRestarting;
-    case pb::FINISHED: return GenerationState::kFinished;
-    default: return GenerationState::kRunning;
-  }
-}
-
 }  // namespace
 
 CoordinatorClient::CoordinatorClient(const std::string& target, const std::string& job_id, const std::string& token,
@@ -136,7 +127,7 @@ Status CoordinatorClient::watch(int node_rank, int64_t generation, GenerationSta
   authorize(req.mutable_auth());
   req.set_node_rank(node_rank);
   req.set_generation(generation);
-  req.set_known_state(static_cast<pb::GenerationState>(static_cast<int>(known)));
+  req.set_known_state(to_pb(known));
   pb::WatchReply reply;
   grpc::ClientContext own;
   grpc::ClientContext& ctx = context != nullptr ? *context : own;

@@ -20,25 +20,6 @@ Status check_key(const std::string& key) {
   return key.size() > Limits::kMaxKeyBytes ? too_big("key", key.size(), Limits::kMaxKeyBytes) : Status::Ok();
 }
 
-GenerationState from_pb(pb::GenerationState s) {
-  switch (s) {
-    case pb::STOPPING: return GenerationState::kStopping;
-    case pb::RESTARTING: return GenerationState::kRestarting;
-    case pb::FINISHED: return GenerationState::kFinished;
-    default: return GenerationState::kRunning;
-  }
-}
-
-pb::GenerationState to_pb(GenerationState s) {
-  switch (s) {
-    case GenerationState::kStopping: return pb::STOPPING;
-    case GenerationState::kRestarting: return pb::RESTARTING;
-    case GenerationState::kFinished: return pb::FINISHED;
-    case GenerationState::kRunning: return pb::RUNNING;
-  }
-  return pb::RUNNING;
-}
-
 }  // namespace
 
 std::string peer_host(const std::string& peer) {

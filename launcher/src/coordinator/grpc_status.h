@@ -1,9 +1,12 @@
 #pragma once
-// Conversions between ddp::Status and grpc::Status, for the adapters only.
+// Conversions between the plain types and their gRPC/protobuf forms, for
+// the adapters only (the service and the client).
 
 #include <grpcpp/grpcpp.h>
 
+#include "coordinator/coordinator_job.h"
 #include "ddp/common/status.h"
+#include "ddplaunch/v1/coordinator.pb.h"
 
 namespace ddp {
 
@@ -13,6 +16,25 @@ inline grpc::Status to_grpc(const Status& s) {
 
 inline Status from_grpc(const grpc::Status& s) {
   return s.ok() ? Status::Ok() : Status(static_cast<StatusCode>(s.error_code()), s.error_message());
+}
+
+inline GenerationState from_pb(::ddplaunch::v1::GenerationState s) {
+  switch (s) {
+    case ::ddplaunch::v1::STOPPING: return GenerationState::kStopping;
+    case ::ddplaunch::v1::RESTARTING: return GenerationState::kRestarting;
+    case ::ddplaunch::v1::FINISHED: return GenerationState::kFinished;
+    default: return GenerationState::kRunning;
+  }
+}
+
+inline ::ddplaunch::v1::GenerationState to_pb(GenerationState s) {
+  switch (s) {
+    case GenerationState::kStopping: return ::ddplaunch::v1::STOPPING;
+    case GenerationState::kRestarting: return ::ddplaunch::v1::RESTARTING;
+    case GenerationState::kFinished: return ::ddplaunch::v1::FINISHED;
+    case GenerationState::kRunning: return ::ddplaunch::v1::RUNNING;
+  }
+  return ::ddplaunch::v1::RUNNING;
 }
 
 }  // namespace ddp
