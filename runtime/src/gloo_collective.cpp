@@ -24,6 +24,7 @@
 #include <gloo/transport/tcp/device.h>
 
 #include "gloo_store_adapter.h"
+#include "shared_memory_allreduce.h"
 
 namespace ddp {
 namespace {
@@ -63,6 +64,18 @@ void gloo_allreduce_sum(const std::shared_ptr<gloo::Context>& ctx, void* data, s
   gloo::allreduce(opts);
 }
 
+ShmDtype shm_dtype(at::ScalarType t) {
+  switch (t) {
+    case at::kFloat: return ShmDtype::kFloat32;
+    case at::kDouble: return ShmDtype::kFloat64;
+    case at::kInt: return ShmDtype::kInt32;
+    case at::kLong: return ShmDtype::kInt64;
+    case at::kChar: return ShmDtype::kInt8;
+    case at::kByte: return ShmDtype::kUint8;
+    default: throw CollectiveError("unsupported dtype " + dtype_name(t));
+  }
+}
+
 bool reducible(at::ScalarType t) {
   switch (t) {
     case at::kFloat: case at::kDouble: case at::kHalf: case at::kBFloat16:
@@ -97,6 +110,9 @@ class GlooCollective final : public Collective {
       GlooStoreAdapter adapter(store, options_.timeout);
       context->connectFullMesh(adapter, device_);
       context_ = std::move(context);
+      if (options_.shared_memory) {
+        shm_ = SharedMemoryAllreduce::connect(*store, rank, size, timeout_, &shm_unused_reason_);
+      }
     } catch (const std::exception& e) {
       throw CollectiveError("gloo rendezvous failed (rank " + std::to_string(rank) + " of " +
                             std::to_string(size) + ", bind '" + options_.interface_or_host +
@@ -143,18 +159,12 @@ class GlooCollective final : public Collective {
       } else {
         buf = tensor.is_contiguous() ? tensor : tensor.contiguous();
       }
-      void* data = buf.data_ptr();
-      const auto n = static_cast<size_t>(buf.numel());
-      switch (buf.scalar_type()) {
-        case at::kFloat: gloo_allreduce_sum<float>(context_, data, n, seq_tag, timeout_); break;
-        case at::kDouble: gloo_allreduce_sum<double>(context_, data, n, seq_tag, timeout_); break;
-        case at::kInt: gloo_allreduce_sum<int32_t>(context_, data, n, seq_tag, timeout_); break;
-        case at::kLong: gloo_allreduce_sum<int64_t>(context_, data, n, seq_tag, timeout_); break;
-        case at::kChar: gloo_allreduce_sum<int8_t>(context_, data, n, seq_tag, timeout_); break;
-        case at::kByte: gloo_allreduce_sum<uint8_t>(context_, data, n, seq_tag, timeout_); break;
-        default: throw CollectiveError("unsupported dtype " + dtype_name(buf.scalar_type()));
+      if (shm_) {
+        shm_->all_reduce(buf.data_ptr(), static_cast<size_t>(buf.numel()), shm_dtype(buf.scalar_type()), op == ReduceOp::kAvg);
+      } else {
+        reduce_over_tcp(buf, seq_tag);
+        if (op == ReduceOp::kAvg) buf.div_(size_);
       }
-      if (op == ReduceOp::kAvg) buf.div_(size_);
       if (upcast) {
         tensor.copy_(buf.view(tensor.sizes()));
       } else if (!buf.is_same(tensor)) {
@@ -230,6 +240,21 @@ class GlooCollective final : public Collective {
     std::shared_ptr<CompletionWork> work;
   };
 
+  // Gloo's ring all-reduce (sum) over the TCP pairs, in place.
+  void reduce_over_tcp(const at::Tensor& buf, uint32_t seq_tag) {
+    void* data = buf.data_ptr();
+    const auto n = static_cast<size_t>(buf.numel());
+    switch (buf.scalar_type()) {
+      case at::kFloat: gloo_allreduce_sum<float>(context_, data, n, seq_tag, timeout_); break;
+      case at::kDouble: gloo_allreduce_sum<double>(context_, data, n, seq_tag, timeout_); break;
+      case at::kInt: gloo_allreduce_sum<int32_t>(context_, data, n, seq_tag, timeout_); break;
+      case at::kLong: gloo_allreduce_sum<int64_t>(context_, data, n, seq_tag, timeout_); break;
+      case at::kChar: gloo_allreduce_sum<int8_t>(context_, data, n, seq_tag, timeout_); break;
+      case at::kByte: gloo_allreduce_sum<uint8_t>(context_, data, n, seq_tag, timeout_); break;
+      default: throw CollectiveError("unsupported dtype " + dtype_name(buf.scalar_type()));
+    }
+  }
+
   void check_cpu(const char* op, const at::Tensor& t) const {
     if (!t.defined()) throw CollectiveError(std::string("gloo ") + op + ": undefined tensor");
     if (!t.device().is_cpu()) {
@@ -296,6 +321,9 @@ class GlooCollective final : public Collective {
   FlightRecorder recorder_;
   std::shared_ptr<gloo::transport::Device> device_;
   std::shared_ptr<gloo::Context> context_;
+  // all_reduce goes through shared memory when every rank is on this host.
+  std::unique_ptr<SharedMemoryAllreduce> shm_;
+  std::string shm_unused_reason_;
 
   std::mutex mutex_;
   std::condition_variable cv_;

@@ -177,6 +177,8 @@ std::unique_ptr<ProcessGroup> init(const InitOptions& options) {
   GlooOptions gloo;
   gloo.interface_or_host = local_address_towards(env("MASTER_ADDR").value_or("127.0.0.1"));
   gloo.timeout = options.timeout;
+  // DDP_GLOO_SHM=0: Gloo's TCP ring even within one host (for comparison runs).
+  gloo.shared_memory = env("DDP_GLOO_SHM").value_or("1") != "0";
   group->collective_ = make_gloo_collective(make_prefix_store(group->store_, "gloo"), group->rank, group->world_size, gloo);
   return group;
 }

@@ -6,7 +6,10 @@ iterations and warm-up, and measure the same thing:
 
   * ddplaunch: `ddpbench allreduce --backend gloo --json` (the runtime's Collective);
   * torch:     tests/bench/torch_allreduce_peer.py (Debian's python3-torch,
-               init_process_group("gloo"), torch.distributed.all_reduce).
+               init_process_group("gloo"), torch.distributed.all_reduce);
+  * for information, ddplaunch again with DDP_GLOO_SHM=0 ("tcp"): the
+    runtime's all-reduce over Gloo's TCP ring like torch's, without the
+    shared-memory path it takes when all ranks share one host.
 
 Per size each side fills the tensor with rank+1, barriers, times one synchronous
 all-reduce SUM, repeats --iters times after --warmup untimed ones, checks the
@@ -25,7 +28,7 @@ which its launcher and workers are killed), printed no result for a size, or
 reported correct=false; 2 on bad usage.
 
 Usage: /usr/bin/python3 tests/bench/allreduce_bench.py [--ranks N] [--sizes 1M,4M,16M,64M]
-           [--repeat R] [--iters K] [--warmup W] [--json]
+           [--repeat R] [--iters K] [--warmup W] [--no-tcp] [--json]
 """
 import argparse
 import json
@@ -169,7 +172,7 @@ def side_command(impl, args, log_dir):
                 f"--log-dir={log_dir}"]
     common = ["--sizes", ",".join(str(s) for s in args.sizes), "--iters", str(args.iters),
               "--warmup", str(args.warmup), "--dtype", args.dtype, "--json"]
-    if impl == "ddplaunch":
+    if impl in ("ddplaunch", "tcp"):
         return launcher + [args.ddpbench, "allreduce", "--backend", "gloo"] + common
     return launcher + [PEER] + common
 
@@ -194,6 +197,8 @@ def run_side(impl, args, env, tmp, index):
     """One run of one side: {bytes: row}; raises BenchError on any failure."""
     name = f"{impl}_{index}"
     log_dir = os.path.join(tmp, "logs")
+    if impl == "tcp":
+        env = dict(env, DDP_GLOO_SHM="0")
     with Run(side_command(impl, args, log_dir), env, tmp, name) as run:
         rc = run.wait(args.timeout)
         text = run.stdout()
@@ -203,7 +208,7 @@ def run_side(impl, args, env, tmp, index):
         tail = run.tail()
     by_bytes = {}
     for row in rows:
-        if row.get("impl") != impl:
+        if row.get("impl") != ("ddplaunch" if impl == "tcp" else impl):
             raise BenchError(f"{impl}: a result line says impl={row.get('impl')!r}")
         if row.get("ranks") != args.ranks:
             raise BenchError(f"{impl}: a result line says ranks={row.get('ranks')}, "
@@ -221,10 +226,11 @@ def run_side(impl, args, env, tmp, index):
 
 def measure(args, env, log):
     """Alternating runs; {impl: {bytes: [row, ...]}}."""
-    samples = {"ddplaunch": {}, "torch": {}}
+    sides = ("ddplaunch", "torch") if args.no_tcp else ("ddplaunch", "torch", "tcp")
+    samples = {impl: {} for impl in sides}
     with tempfile.TemporaryDirectory(prefix="allreduce-bench-") as tmp:
         for r in range(args.repeat):
-            order = ("ddplaunch", "torch") if r % 2 == 0 else ("torch", "ddplaunch")
+            order = sides if r % 2 == 0 else tuple(reversed(sides))
             for impl in order:
                 t0 = time.monotonic()
                 rows = run_side(impl, args, env, tmp, r)
@@ -247,6 +253,8 @@ def summarize(samples, args):
         peer_s = statistics.median(r["seconds"] for r in peer)
         bus = lambda s: nbytes / s / 1e9 * 2.0 * (args.ranks - 1) / args.ranks if s > 0 else 0.0
         ratio = peer_s / ours_s if ours_s > 0 else float("inf")
+        tcp = samples.get("tcp", {}).get(nbytes, [])
+        tcp_s = statistics.median(r["seconds"] for r in tcp) if tcp else None
         targeted = nbytes >= TARGET_FROM_BYTES
         rows.append({
             "bytes": nbytes,
@@ -257,6 +265,8 @@ def summarize(samples, args):
             "torch_busbw_gbps": bus(peer_s),
             "target_ratio": TARGET_RATIO if targeted else None,
             "met": (ratio >= TARGET_RATIO) if targeted else None,
+            "tcp_seconds": tcp_s,
+            "tcp_ratio": (peer_s / tcp_s) if tcp_s else None,
             "ddplaunch_samples_s": [r["seconds"] for r in ours],
             "torch_samples_s": [r["seconds"] for r in peer],
         })
@@ -265,14 +275,17 @@ def summarize(samples, args):
 
 def format_table(rows):
     header = ["size", "ddplaunch us", "torch us", "ratio", "busbw ddplaunch GB/s",
-              "busbw torch GB/s", "target", "met?"]
+              "busbw torch GB/s", "target", "met?", "tcp us (info)", "tcp ratio"]
     lines = [header]
     for r in rows:
+        tcp = r.get("tcp_seconds")
         lines.append([human(r["bytes"]), f"{r['ddplaunch_seconds'] * 1e6:.1f}",
                       f"{r['torch_seconds'] * 1e6:.1f}", f"{r['ratio']:.2f}x",
                       f"{r['ddplaunch_busbw_gbps']:.3f}", f"{r['torch_busbw_gbps']:.3f}",
                       f">= {r['target_ratio']:.1f}x" if r["target_ratio"] is not None else "(info)",
-                      "-" if r["met"] is None else ("yes" if r["met"] else "NO")])
+                      "-" if r["met"] is None else ("yes" if r["met"] else "NO"),
+                      f"{tcp * 1e6:.1f}" if tcp else "-",
+                      f"{r['tcp_ratio']:.2f}x" if tcp else "-"])
     widths = [max(len(l[i]) for l in lines) for i in range(len(header))]
     out = [" | ".join(c.ljust(w) if i == 0 else c.rjust(w)
                       for i, (c, w) in enumerate(zip(l, widths))) for l in lines]
@@ -294,6 +307,8 @@ def parse_args(argv):
     p.add_argument("--timeout", type=float, default=300.0,
                    help="seconds one run may take before it is killed and counts as failed (default 300)")
     p.add_argument("--json", action="store_true", help="also print one JSON document of all figures")
+    p.add_argument("--no-tcp", action="store_true",
+                   help="skip the informational run of the runtime over TCP (DDP_GLOO_SHM=0)")
     p.add_argument("--ddplaunch", default=os.environ.get("DDPLAUNCH_BIN") or
                    os.path.join(REPO_ROOT, "build", "launcher", "ddplaunch"),
                    help="ddplaunch binary (default: $DDPLAUNCH_BIN or build/launcher/ddplaunch)")

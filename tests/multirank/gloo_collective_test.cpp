@@ -1,5 +1,6 @@
-// The Gloo backend with real TCP on loopback: ranks are threads of this
-// process meeting through one in-memory store. Every test is bounded (small
+// The Gloo backend with real TCP on loopback (and its shared-memory
+// all-reduce, on and off): ranks are threads of this process meeting through
+// one in-memory store. Every test is bounded (small
 // Gloo timeouts where a failure is expected) and joins its threads.
 #include "ddp/runtime/gloo_collective.h"
 
@@ -14,6 +15,7 @@
 #include <future>
 #include <string>
 #include <thread>
+#include <tuple>
 #include <vector>
 
 #include "ddp/common/store.h"
@@ -24,9 +26,13 @@ namespace {
 using namespace std::chrono_literals;
 using RankFn = std::function<void(Collective&, int rank)>;
 
+// Whether all_reduce may use shared memory; the parameterized tests run both ways.
+bool g_shared_memory = true;
+
 GlooOptions options_with_timeout(Duration timeout) {
   GlooOptions o;
   o.timeout = timeout;
+  o.shared_memory = g_shared_memory;
   return o;
 }
 
@@ -62,10 +68,15 @@ at::Tensor expected_sum(int64_t n, at::ScalarType type, int world) {
   return (at::arange(n, at::kLong).remainder(17) * world + world * (world - 1) / 2).to(type);
 }
 
-class GlooWorld : public ::testing::TestWithParam<int> {};
+// (world size, shared-memory all-reduce allowed)
+class GlooWorld : public ::testing::TestWithParam<std::tuple<int, bool>> {
+ protected:
+  void SetUp() override { g_shared_memory = std::get<1>(GetParam()); }
+  void TearDown() override { g_shared_memory = true; }
+};
 
 TEST_P(GlooWorld, AllReduceSumIsExact) {
-  const int world = GetParam();
+  const int world = std::get<0>(GetParam());
   run_ranks(world, [world](Collective& c, int rank) {
     for (auto type : {at::kFloat, at::kDouble, at::kHalf, at::kBFloat16, at::kInt, at::kLong, at::kChar, at::kByte}) {
       for (int64_t n : {int64_t{0}, int64_t{1}, int64_t{7}, int64_t{4099}}) {
@@ -88,7 +99,7 @@ TEST_P(GlooWorld, AllReduceSumIsExact) {
 }
 
 TEST_P(GlooWorld, AllReduceAverage) {
-  const int world = GetParam();
+  const int world = std::get<0>(GetParam());
   run_ranks(world, [world](Collective& c, int rank) {
     for (auto type : {at::kFloat, at::kDouble, at::kHalf, at::kBFloat16}) {
       // 2(r+1) averages to world+1: exact in every floating dtype here.
@@ -107,7 +118,7 @@ TEST_P(GlooWorld, AllReduceAverage) {
 }
 
 TEST_P(GlooWorld, AllReduceNonContiguous) {
-  const int world = GetParam();
+  const int world = std::get<0>(GetParam());
   run_ranks(world, [world](Collective& c, int rank) {
     for (auto type : {at::kFloat, at::kHalf, at::kLong}) {
       // A transposed view and a strided slice: only the viewed elements change.
@@ -128,7 +139,7 @@ TEST_P(GlooWorld, AllReduceNonContiguous) {
 }
 
 TEST_P(GlooWorld, BroadcastFromEveryRoot) {
-  const int world = GetParam();
+  const int world = std::get<0>(GetParam());
   run_ranks(world, [world](Collective& c, int rank) {
     for (int root = 0; root < world; ++root) {
       at::Tensor t = pattern(1000, at::kFloat, rank);
@@ -151,7 +162,7 @@ TEST_P(GlooWorld, BroadcastFromEveryRoot) {
 }
 
 TEST_P(GlooWorld, AllGatherInRankOrder) {
-  const int world = GetParam();
+  const int world = std::get<0>(GetParam());
   run_ranks(world, [world](Collective& c, int rank) {
     for (int64_t n : {int64_t{0}, int64_t{1}, int64_t{1000}}) {
       at::Tensor in = at::full({n}, rank * 3 + 1, at::kInt);
@@ -175,7 +186,7 @@ TEST_P(GlooWorld, AllGatherInRankOrder) {
 }
 
 TEST_P(GlooWorld, BarrierHoldsEveryRankUntilAllArrive) {
-  const int world = GetParam();
+  const int world = std::get<0>(GetParam());
   std::atomic<int> arrived{0};
   run_ranks(world, [&](Collective& c, int rank) {
     std::this_thread::sleep_for(std::chrono::milliseconds(40 * rank));
@@ -186,7 +197,7 @@ TEST_P(GlooWorld, BarrierHoldsEveryRankUntilAllArrive) {
 }
 
 TEST_P(GlooWorld, ManyAsyncOpsRunInCallOrder) {
-  const int world = GetParam();
+  const int world = std::get<0>(GetParam());
   run_ranks(world, [world](Collective& c, int rank) {
     std::vector<at::Tensor> tensors;
     std::vector<std::shared_ptr<Work>> works;
@@ -217,9 +228,10 @@ TEST_P(GlooWorld, ManyAsyncOpsRunInCallOrder) {
   });
 }
 
-INSTANTIATE_TEST_SUITE_P(Worlds, GlooWorld, ::testing::Values(1, 2, 3, 4),
-                         [](const ::testing::TestParamInfo<int>& param_info) {
-                           return "world" + std::to_string(param_info.param);
+INSTANTIATE_TEST_SUITE_P(Worlds, GlooWorld, ::testing::Combine(::testing::Values(1, 2, 3, 4), ::testing::Bool()),
+                         [](const ::testing::TestParamInfo<std::tuple<int, bool>>& param_info) {
+                           return "world" + std::to_string(std::get<0>(param_info.param)) +
+                                  (std::get<1>(param_info.param) ? "_shm" : "_tcp");
                          });
 
 TEST(GlooCollective, RefusesNonCpuTensorsAndBadArguments) {

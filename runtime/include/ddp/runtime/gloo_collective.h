@@ -12,6 +12,11 @@
 // numbered in the flight record when it is called (state enqueued), marked
 // started when the backend thread takes it up and completed/failed when it ends.
 //
+// Transport: all_reduce of a group whose ranks all share this host goes
+// through one shared memory segment (two barriers per chunk, no TCP); set
+// GlooOptions::shared_memory = false (DDP_GLOO_SHM=0 under ddp::init) for
+// Gloo's ring over TCP. broadcast, all_gather and barrier always use TCP.
+//
 // Dtypes: all_reduce takes float32, float64, int32, int64, int8 and uint8
 // natively; float16 and bfloat16 are upcast to float32 for the reduction (Gloo
 // has no bfloat16, and summing in float32 loses less than summing in half) and
@@ -51,6 +56,10 @@ struct GlooOptions {
   std::string interface_or_host = "127.0.0.1";
   /// Bound on the rendezvous and on each collective.
   Duration timeout = std::chrono::seconds(300);
+  /// all_reduce through a shared memory segment instead of loopback TCP when
+  /// every rank is on this host (see shared_memory_allreduce.h); other ops and
+  /// multi-host groups use Gloo's TCP pairs either way.
+  bool shared_memory = true;
   /// Entries kept in the flight record.
   size_t flight_record_capacity = 1024;
 };

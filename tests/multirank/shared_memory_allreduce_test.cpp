@@ -1,0 +1,177 @@
+// The shared-memory all-reduce of the Gloo backend: exactness over many
+// chunks, identical results on every rank, and that a peer which died, left or
+// never came is reported promptly. Ranks are threads of this process (each
+// maps the segment itself, as a process would) or, for a dying peer, a forked
+// child process. Every wait is bounded; every child is reaped.
+#include "shared_memory_allreduce.h"
+
+#include <gtest/gtest.h>
+#include <sys/mman.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <ATen/ATen.h>
+
+#include <chrono>
+#include <future>
+#include <new>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "ddp/common/store.h"
+#include "ddp/runtime/gloo_collective.h"
+
+namespace ddp {
+namespace {
+
+using namespace std::chrono_literals;
+
+at::Tensor noise(int64_t n, int rank) {
+  // Values whose float sums round differently in a different order.
+  return at::sin(at::arange(n, at::kFloat) * (0.37f + rank)) * 1000.0f + 1e-3f * rank;
+}
+
+TEST(SharedMemoryAllreduce, ManyChunksEqualTheSumInRankOrderOnEveryRank) {
+  const int world = 3;
+  const int64_t n = 5 * (1 << 20) + 12345;  // several chunks and a ragged tail
+  at::Tensor expected = noise(n, 0);
+  for (int r = 1; r < world; ++r) expected = expected + noise(n, r);
+  auto store = make_in_memory_store();
+  std::vector<at::Tensor> results(world);
+  std::vector<size_t> slots(world);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < world; ++r) {
+    threads.emplace_back([&, r] {
+      std::string why;
+      auto shm = SharedMemoryAllreduce::connect(*store, r, world, 10000ms, &why);
+      ASSERT_NE(shm, nullptr) << why;
+      slots[r] = shm->slot_bytes();
+      at::Tensor t = noise(n, r);
+      shm->all_reduce(t.data_ptr(), static_cast<size_t>(n), ShmDtype::kFloat32, false);
+      results[r] = t;
+      // A second op reuses the alternate slot set.
+      at::Tensor d = at::full({1000}, 2.0 * (r + 1), at::kDouble);
+      shm->all_reduce(d.data_ptr(), 1000, ShmDtype::kFloat64, true);
+      EXPECT_TRUE(at::equal(d, at::full({1000}, world + 1.0, at::kDouble)));
+    });
+  }
+  for (auto& t : threads) t.join();
+  ASSERT_LT(slots[0] * 4, static_cast<size_t>(n) * sizeof(float)) << "the test should span several chunks";
+  for (int r = 0; r < world; ++r) {
+    ASSERT_TRUE(results[r].defined()) << "rank " << r;
+    EXPECT_TRUE(at::equal(results[r], expected)) << "rank " << r << " differs from ((x0 + x1) + x2)";
+  }
+}
+
+TEST(SharedMemoryAllreduce, RanksOnDifferentHostsAllFallBack) {
+  auto store = make_in_memory_store();
+  auto rank0 = std::async(std::launch::async, [&] {
+    std::string why;
+    auto shm = SharedMemoryAllreduce::connect(*store, 0, 2, 5000ms, &why);
+    return std::make_pair(shm == nullptr, why);
+  });
+  store->set("shm/host/1", "another-host|another-boot|mnt:[1]");  // rank 1, elsewhere
+  const auto [fell_back, why] = rank0.get();
+  EXPECT_TRUE(fell_back);
+  EXPECT_NE(why.find("more than one host"), std::string::npos) << why;
+  EXPECT_FALSE(store->get("shm/name").has_value()) << "no segment is created for a multi-host group";
+}
+
+TEST(SharedMemoryAllreduce, APeerThatLeftFailsTheWaiterAtOnce) {
+  auto store = make_in_memory_store();
+  std::promise<void> left;
+  std::thread quitter([&] {
+    auto shm = SharedMemoryAllreduce::connect(*store, 1, 2, 10000ms);
+    ASSERT_NE(shm, nullptr);
+    shm.reset();
+    left.set_value();
+  });
+  auto shm = SharedMemoryAllreduce::connect(*store, 0, 2, 10000ms);
+  ASSERT_NE(shm, nullptr);
+  quitter.join();
+  left.get_future().get();
+  std::vector<float> data(100, 1.0f);
+  const auto start = std::chrono::steady_clock::now();
+  try {
+    shm->all_reduce(data.data(), data.size(), ShmDtype::kFloat32, false);
+    ADD_FAILURE() << "all_reduce without its peer succeeded";
+  } catch (const ShmBarrierError& e) {
+    EXPECT_NE(std::string(e.what()).find("rank 1 left the group"), std::string::npos) << e.what();
+  }
+  EXPECT_LT(std::chrono::steady_clock::now() - start, 2s);
+}
+
+// A barrier in anonymous shared memory, rank 1 a child process that exits
+// without arriving: rank 0 names it within a few liveness checks, long
+// before its timeout.
+TEST(ShmBarrier, ADeadPeerProcessIsNamedWithinMilliseconds) {
+  void* mem = mmap(nullptr, sizeof(ShmBarrierState), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+  ASSERT_NE(mem, MAP_FAILED);
+  auto* state = new (mem) ShmBarrierState{};
+  for (auto& pid : state->pids) pid.store(0);
+  const pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    ShmBarrier joined(state, 1, 2);  // registers its pid, then dies
+    _exit(0);
+  }
+  int status = 0;
+  ASSERT_EQ(waitpid(child, &status, 0), child);
+  ShmBarrier barrier(state, 0, 2);
+  const auto start = std::chrono::steady_clock::now();
+  try {
+    barrier.arrive_and_wait(30000ms);
+    ADD_FAILURE() << "barrier passed without rank 1";
+  } catch (const ShmBarrierError& e) {
+    EXPECT_NE(std::string(e.what()).find("rank 1 (pid " + std::to_string(child) + ") exited"), std::string::npos)
+        << e.what();
+  }
+  EXPECT_LT(std::chrono::steady_clock::now() - start, 2s);
+  munmap(mem, sizeof(ShmBarrierState));
+}
+
+TEST(ShmBarrier, TimesOutWhenAPeerNeverArrives) {
+  ShmBarrierState state;
+  for (auto& pid : state.pids) pid.store(0);
+  ShmBarrier barrier(&state, 0, 2);
+  const auto start = std::chrono::steady_clock::now();
+  EXPECT_THROW(barrier.arrive_and_wait(200ms), ShmBarrierError);
+  const auto took = std::chrono::steady_clock::now() - start;
+  EXPECT_GE(took, 190ms);
+  EXPECT_LT(took, 3s);
+}
+
+// Through the backend: a peer that destroyed its communicator makes the next
+// all_reduce fail fast, naming it, on the shared-memory path too.
+TEST(SharedMemoryAllreduce, TheGlooBackendReportsADepartedPeer) {
+  auto store = make_in_memory_store();
+  GlooOptions options;
+  options.timeout = 20s;
+  std::promise<void> gone;
+  std::thread peer([&] {
+    auto c = make_gloo_collective(store, 1, 2, options);
+    at::Tensor t = at::ones({10}, at::kFloat);
+    c->all_reduce(t, ReduceOp::kSum)->wait(10s);
+    c.reset();
+    gone.set_value();
+  });
+  auto c = make_gloo_collective(store, 0, 2, options);
+  at::Tensor t = at::ones({10}, at::kFloat);
+  ASSERT_TRUE(c->all_reduce(t, ReduceOp::kSum)->wait(10s));
+  EXPECT_TRUE(at::equal(t, at::full({10}, 2.0f)));
+  peer.join();
+  gone.get_future().get();
+  const auto start = std::chrono::steady_clock::now();
+  try {
+    c->all_reduce(t, ReduceOp::kSum)->wait(10s);
+    ADD_FAILURE() << "all_reduce after the peer left succeeded";
+  } catch (const CollectiveError& e) {
+    EXPECT_NE(std::string(e.what()).find("all_reduce #2"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("rank 1 left the group"), std::string::npos) << e.what();
+  }
+  EXPECT_LT(std::chrono::steady_clock::now() - start, 3s);
+}
+
+}  // namespace
+}  // namespace ddp
