@@ -16,6 +16,7 @@
 #include "exit_codes.h"
 #include "job/event_loop.h"
 #include "job/launch_job.h"
+#include "nccl/diagnose_command.h"
 #include "process/orphan_sentinel.h"
 
 int main(int argc, char** argv) {
@@ -24,6 +25,7 @@ int main(int argc, char** argv) {
   block_handled_signals();
   // A program named like a subcommand can still be run as ./serve.
   if (argc > 1 && std::string(argv[1]) == "serve") return run_serve_command(argc - 1, argv + 1);
+  if (argc > 1 && std::string(argv[1]) == "diagnose") return run_diagnose_command(argc - 1, argv + 1);
 
   LaunchPlan plan;
   try {

@@ -165,6 +165,9 @@ std::unique_ptr<ProcessGroup> init(const InitOptions& options) {
   std::unique_ptr<AgentConnection> agent;
   if (env("DDPLAUNCH_AGENT_SOCKET")) {
     agent = join_via_agent(*group, group->store_, options);
+  } else if (options.allow_single_process && !env("RANK") && !env("WORLD_SIZE")) {
+    group->store_ = make_in_memory_store();
+    group->source = "single process (no launcher environment)";
   } else {
     join_via_env(*group, group->store_, options);
   }

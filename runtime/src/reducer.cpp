@@ -133,6 +133,11 @@ std::vector<int64_t> Reducer::last_ready_order() const {
   return last_ready_order_;
 }
 
+BackwardTiming Reducer::last_backward_timing() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return last_timing_;
+}
+
 bool Reducer::buckets_rebuilt() const {
   std::lock_guard<std::mutex> lock(mutex_);
   return rebuilt_;
@@ -195,6 +200,9 @@ void Reducer::start_iteration_locked() {
         failure_ + ")");
   }
   in_backward_ = true;
+  timing_ = BackwardTiming{};
+  timing_.first_gradient = SystemClock::instance().now();
+  timing_.bucket_sequences.assign(buckets_.size(), 0);
   std::fill(ready_.begin(), ready_.end(), false);
   ready_order_.clear();
   next_launch_ = 0;
@@ -246,6 +254,7 @@ void Reducer::launch_ready_buckets_locked() {
       wire = b.wire;
     }
     b.work = collective_->all_reduce(wire, ReduceOp::kSum, CollectiveTag{static_cast<int>(next_launch_)});
+    timing_.bucket_sequences[next_launch_] = b.work->sequence();
     ++next_launch_;
   }
 }
@@ -253,6 +262,7 @@ void Reducer::launch_ready_buckets_locked() {
 void Reducer::finalize_backward() {
   std::lock_guard<std::mutex> lock(mutex_);
   if (!in_backward_) return;
+  timing_.backward_end = SystemClock::instance().now();
   std::vector<size_t> missing;
   for (size_t i = 0; i < params_.size(); ++i) {
     if (ready_[i]) continue;
@@ -288,6 +298,8 @@ void Reducer::finalize_backward() {
     used_work = collective_->all_reduce(used, ReduceOp::kSum);
   }
   finish_reduction_locked(used_work, used);
+  timing_.reduced = SystemClock::instance().now();
+  last_timing_ = timing_;
   std::fill(used_since_sync_.begin(), used_since_sync_.end(), false);
   ++iterations_;
   last_ready_order_ = ready_order_;

@@ -32,6 +32,10 @@ struct InitOptions {
   /// "auto" (NCCL for CUDA devices when built with it, else Gloo), "gloo" or "nccl".
   std::string backend = "auto";
   Duration timeout = std::chrono::seconds(300);
+  /// With neither the agent's nor torchrun-style variables (RANK, WORLD_SIZE)
+  /// set: true makes this process rank 0 of a world of 1 (a program run by
+  /// hand); false (default) is an InitError naming the missing variable.
+  bool allow_single_process = false;
 };
 
 class ProcessGroup {
@@ -46,12 +50,14 @@ class ProcessGroup {
   std::string source;
 
   Collective& collective() { return *collective_; }
+  /// The same collective, for owners that share it (DistributedDataParallel).
+  const std::shared_ptr<Collective>& shared_collective() const { return collective_; }
   const std::shared_ptr<Store>& store() const { return store_; }
 
  private:
   friend std::unique_ptr<ProcessGroup> init(const InitOptions&);
   std::shared_ptr<Store> store_;
-  std::unique_ptr<Collective> collective_;
+  std::shared_ptr<Collective> collective_;
 };
 
 std::unique_ptr<ProcessGroup> init(const InitOptions& options = {});

@@ -90,6 +90,16 @@ struct ReducerOptions {
   Duration timeout = std::chrono::minutes(30);
 };
 
+/// When the phases of one synchronized backward happened (steady clock), for
+/// progress lines and traces. Each bucket's all-reduce start and end are in the
+/// collective's flight record under its sequence number.
+struct BackwardTiming {
+  SteadyTime first_gradient{};  // the first gradient became ready
+  SteadyTime backward_end{};    // autograd finished computing gradients
+  SteadyTime reduced{};         // every bucket reduced and copied back
+  std::vector<uint64_t> bucket_sequences;  // flight-record number of bucket i's all-reduce
+};
+
 class Reducer {
  public:
   /// params: leaf tensors that require grad (dense, one dtype/device each);
@@ -120,6 +130,8 @@ class Reducer {
   /// synchronized backward (unused ones last).
   std::vector<int64_t> last_ready_order() const;
   bool buckets_rebuilt() const;
+  /// The last finished synchronized backward's timing (all zero before one).
+  BackwardTiming last_backward_timing() const;
 
   const std::vector<at::Tensor>& parameters() const { return params_; }
   const std::vector<std::string>& names() const { return names_; }
@@ -168,6 +180,8 @@ class Reducer {
   size_t next_launch_ = 0;
   int64_t iterations_ = 0;
   bool rebuilt_ = false;
+  BackwardTiming timing_;       // of the backward in progress
+  BackwardTiming last_timing_;  // of the last finished one
 };
 
 }  // namespace ddp

@@ -1,0 +1,31 @@
+#pragma once
+// What a checkpoint holds beyond the file format (checkpoint_store.h): the
+// model's parameters and buffers, the optimizer's state (momentum, Adam
+// moments and step counts), the default CPU generator, the loss scaler and
+// the data position (the next step; the data order is a function of the step
+// and the seed, so nothing else is needed), encoded with LibTorch's
+// serialize archives into one byte string.
+
+#include <torch/nn/module.h>
+#include <torch/optim/optimizer.h>
+
+#include <cstdint>
+#include <string>
+
+namespace ddp::train {
+
+struct TrainingPosition {
+  int64_t next_step = 0;    // the first step still to run
+  double loss_scale = 1.0;  // fp16 dynamic loss scaling
+  int64_t good_steps = 0;   // steps since the scale last changed
+};
+
+std::string encode_training_state(const torch::nn::Module& model, const torch::optim::Optimizer& optimizer,
+                                  const TrainingPosition& position);
+
+/// Restores model, optimizer and generator in place; throws std::runtime_error
+/// (c10::Error converted) when the payload does not fit this model.
+TrainingPosition decode_training_state(const std::string& payload, torch::nn::Module& model,
+                                       torch::optim::Optimizer& optimizer);
+
+}  // namespace ddp::train
