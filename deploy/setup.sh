@@ -20,9 +20,11 @@ cmake --build "$build" -j "$jobs"
 
 case "$mode" in
   main)
-    # The main job: a real 4-rank data-parallel training on CPU (Gloo).
+    # The main job: ddptrain, a real 4-rank data-parallel training on CPU
+    # (the runtime's DDP over Gloo): an MLP learning a synthetic teacher.
     exec "$build/launcher/ddplaunch" --nproc-per-node=4 --log-dir "$build/logs" \
-      "$repo/worker/python/torch_ddp_mlp.py" --steps 200
+      "$build/worker/ddptrain/ddptrain" --mlp-sizes 32,256,256,10 --steps 300 \
+      --lr 0.05 --momentum 0.9 --lr-schedule cosine --warmup-steps 20 --log-every 50
     ;;
   test)
     # One test at a time: integration tests time the launcher's reactions.
