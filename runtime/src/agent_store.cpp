@@ -160,4 +160,36 @@ std::string AgentConnection::nccl_unique_id(int64_t generation, const std::strin
   return reply.unique_id();
 }
 
+bool AgentConnection::send_heartbeat(const WorkerHeartbeatData& hb, Duration timeout) {
+  pb::WorkerHeartbeatRequest req;
+  impl_->authorize(req.mutable_auth());
+  pb::WorkerHeartbeat* out = req.mutable_heartbeat();
+  out->set_rank(hb.rank);
+  out->set_local_rank(hb.local_rank);
+  out->set_pid(hb.pid);
+  out->set_generation(hb.generation);
+  out->set_step(hb.step);
+  out->set_phase(hb.phase);
+  out->set_step_seconds(hb.step_seconds);
+  out->set_last_enqueued(hb.last_enqueued);
+  out->set_last_started(hb.last_started);
+  out->set_last_completed(hb.last_completed);
+  out->set_exiting(hb.exiting);
+  const SteadyTime now = std::chrono::steady_clock::now();
+  for (const CollectiveRecord& r : hb.recent) {
+    pb::CollectiveRecord* c = out->add_recent();
+    c->set_sequence(r.sequence);
+    c->set_op(r.op);
+    c->set_bytes(r.bytes);
+    c->set_dtype(r.dtype);
+    c->set_state(to_string(r.state));
+    c->set_age_ms(std::chrono::duration_cast<std::chrono::milliseconds>(now - r.enqueued).count());
+  }
+  pb::WorkerHeartbeatReply reply;
+  grpc::ClientContext ctx;
+  set_deadline(ctx, timeout);
+  check(impl_->stub->Heartbeat(&ctx, req, &reply), "heartbeat to the local agent");
+  return reply.dump_stacks();
+}
+
 }  // namespace ddp

@@ -1,5 +1,7 @@
 #include "ddp/runtime/init.h"
 
+#include "heartbeat_sender.h"
+
 #include <arpa/inet.h>
 #include <fmt/format.h>
 #include <netdb.h>
@@ -174,16 +176,35 @@ std::unique_ptr<ProcessGroup> init(const InitOptions& options) {
   if (nccl) {
 #if DDP_HAVE_NCCL
     group->collective_ = make_nccl_world(*group, group->store_, agent.get(), options);
-    return group;
 #endif
+  } else {
+    GlooOptions gloo;
+    gloo.interface_or_host = local_address_towards(env("MASTER_ADDR").value_or("127.0.0.1"));
+    gloo.timeout = options.timeout;
+    // DDP_GLOO_SHM=0: Gloo's TCP ring even within one host (for comparison runs).
+    gloo.shared_memory = env("DDP_GLOO_SHM").value_or("1") != "0";
+    group->collective_ =
+        make_gloo_collective(make_prefix_store(group->store_, "gloo"), group->rank, group->world_size, gloo);
   }
-  GlooOptions gloo;
-  gloo.interface_or_host = local_address_towards(env("MASTER_ADDR").value_or("127.0.0.1"));
-  gloo.timeout = options.timeout;
-  // DDP_GLOO_SHM=0: Gloo's TCP ring even within one host (for comparison runs).
-  gloo.shared_memory = env("DDP_GLOO_SHM").value_or("1") != "0";
-  group->collective_ = make_gloo_collective(make_prefix_store(group->store_, "gloo"), group->rank, group->world_size, gloo);
+  if (agent) {
+    // Under ddplaunch: heartbeats to the agent from a thread of their own.
+    AgentRegistration who;
+    who.rank = group->rank;
+    who.local_rank = group->local_rank;
+    who.generation = group->generation;
+    const auto interval = std::chrono::milliseconds(int_env("DDPLAUNCH_HEARTBEAT_INTERVAL_MS", 1000));
+    group->agent_ = std::move(agent);
+    group->heartbeat_ = std::make_unique<HeartbeatSender>(*group->agent_, who, group->progress_, *group->collective_,
+                                                          std::max(interval, std::chrono::milliseconds(10)));
+  }
   return group;
+}
+
+ProcessGroup::ProcessGroup() = default;
+ProcessGroup::~ProcessGroup() = default;
+
+void ProcessGroup::stop_heartbeats() {
+  if (heartbeat_) heartbeat_->stop();
 }
 
 }  // namespace ddp

@@ -24,6 +24,10 @@ constexpr size_t kPage = 4096;
 constexpr size_t kSegmentBudget = 32u << 20;
 constexpr size_t kMaxSlot = 4u << 20;
 constexpr size_t kMinSlot = 64u << 10;
+// Up to this many ranks each rank reduces whole chunks itself (reading every
+// slot); beyond it each reduces 1/n and copies the result out, so the memory
+// each rank reads stays bounded.
+constexpr int kWholeChunkMaxRanks = 4;
 
 struct ShmHeader {
   uint64_t magic;
@@ -263,6 +267,14 @@ void SharedMemoryAllreduce::all_reduce(void* data, size_t count, ShmDtype dtype,
       parity_ ^= 1;
       std::memcpy(slot(set, rank_), bytes + done * elem, n * elem);
       barrier_.arrive_and_wait(timeout_);
+      if (size_ <= kWholeChunkMaxRanks) {
+        // Every rank sums the whole chunk into its own tensor: one barrier,
+        // and fewer passes over memory than slice + copy-out for few ranks.
+        for (int r = 0; r < size_; ++r) inputs[static_cast<size_t>(r)] = slot(set, r);
+        reduce(dtype, bytes + done * elem, inputs, n, average, size_);
+        done += n;
+        continue;
+      }
       // This rank's slice, cut at 16-element boundaries (whole cache lines for
       // 4-byte types) so two ranks never write the same line.
       const size_t step = (n + static_cast<size_t>(size_) - 1) / static_cast<size_t>(size_);

@@ -6,10 +6,12 @@
 // collectives, and groups that span hosts, stay on Gloo's TCP pairs.
 //
 // Per chunk of at most slot_bytes: each rank copies its chunk into its own
-// slot; barrier; rank r sums slice r of every slot (in rank order, so the
-// result is bitwise identical on every rank) into the result area; barrier;
-// every rank copies the whole result back. Two sets of slots alternate, so
-// the copy-out of one chunk needs no third barrier before the next chunk.
+// slot; barrier; then, for up to 4 ranks, every rank sums the whole chunk of
+// every slot into its own tensor; for more, rank r sums slice r into the
+// result area, barrier, and every rank copies the whole result back. Sums run
+// in rank order, so the result is bitwise identical on every rank. Two sets of
+// slots alternate, so a slot is rewritten only after every rank has passed
+// the barrier that follows its last reader.
 //
 // Setup (connect) is collective and blocking: every rank publishes its host
 // identity (host name, boot id, mount namespace) in the store; when they all

@@ -32,9 +32,13 @@ at::Tensor noise(int64_t n, int rank) {
   return at::sin(at::arange(n, at::kFloat) * (0.37f + rank)) * 1000.0f + 1e-3f * rank;
 }
 
-TEST(SharedMemoryAllreduce, ManyChunksEqualTheSumInRankOrderOnEveryRank) {
-  const int world = 3;
-  const int64_t n = 5 * (1 << 20) + 12345;  // several chunks and a ragged tail
+// Up to 4 ranks each sums whole chunks; beyond, each sums a slice and copies
+// the result out: both paths, over several chunks and a ragged tail.
+class ShmWorld : public ::testing::TestWithParam<int> {};
+
+TEST_P(ShmWorld, ManyChunksEqualTheSumInRankOrderOnEveryRank) {
+  const int world = GetParam();
+  const int64_t n = 5 * (1 << 20) + 12345;
   at::Tensor expected = noise(n, 0);
   for (int r = 1; r < world; ++r) expected = expected + noise(n, r);
   auto store = make_in_memory_store();
@@ -60,9 +64,12 @@ TEST(SharedMemoryAllreduce, ManyChunksEqualTheSumInRankOrderOnEveryRank) {
   ASSERT_LT(slots[0] * 4, static_cast<size_t>(n) * sizeof(float)) << "the test should span several chunks";
   for (int r = 0; r < world; ++r) {
     ASSERT_TRUE(results[r].defined()) << "rank " << r;
-    EXPECT_TRUE(at::equal(results[r], expected)) << "rank " << r << " differs from ((x0 + x1) + x2)";
+    EXPECT_TRUE(at::equal(results[r], expected)) << "rank " << r << " differs from ((x0 + x1) + x2) + ...";
   }
 }
+
+INSTANTIATE_TEST_SUITE_P(Worlds, ShmWorld, ::testing::Values(2, 3, 6),
+                         [](const ::testing::TestParamInfo<int>& p) { return "world" + std::to_string(p.param); });
 
 TEST(SharedMemoryAllreduce, RanksOnDifferentHostsAllFallBack) {
   auto store = make_in_memory_store();

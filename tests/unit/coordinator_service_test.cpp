@@ -150,7 +150,8 @@ TEST_F(CoordinatorServiceTest, LocalAgentServiceRegistersAndRelaysOnAPrivateSock
   auto upstream = client();
   const std::string path = (dir / "agent.sock").string();
   {
-    LocalAgentServer local(path, *upstream, "job", "secret");
+    WorkerHealthBoard health(SystemClock::instance());
+    LocalAgentServer local(path, *upstream, health, "job", "secret");
     Assignment a;
     a.node_rank = 1;
     a.rank_start = 4;

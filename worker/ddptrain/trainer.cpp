@@ -108,7 +108,8 @@ class Trainer {
     std::vector<FaultSpec> faults;
     for (const std::string& f : o_.inject_faults) faults.push_back(parse_fault(f));
     const char* restarts = std::getenv("TORCHELASTIC_RESTART_COUNT");
-    faults_.emplace(std::move(faults), group_->rank, restarts ? std::atoi(restarts) : 0);
+    faults_.emplace(std::move(faults), group_->rank, restarts ? std::atoi(restarts) : 0,
+                    [this] { group_->stop_heartbeats(); });
   }
 
   void build() {
@@ -179,6 +180,14 @@ class Trainer {
           throw std::runtime_error("checkpoint " + found->path + " was written for another model (" + m.dump() + ")");
         }
         std::printf("ddptrain: resuming from %s (step %lld)\n", found->path.c_str(), static_cast<long long>(found->step));
+        if (m.value("world_size", group_->world_size) != group_->world_size ||
+            m.value("batch_size", o_.batch_size) != o_.batch_size) {
+          std::printf("ddptrain: warning: the checkpoint was written with %d rank(s) x batch %lld; the data order "
+                      "from here on follows this run's %d x %lld\n",
+                      m.value("world_size", 0), static_cast<long long>(m.value("batch_size", int64_t{0})),
+                      group_->world_size, static_cast<long long>(o_.batch_size));
+        }
+        std::fflush(stdout);
         payload = std::move(found->payload);
       }
     }
@@ -204,8 +213,12 @@ class Trainer {
   // --- one step ---------------------------------------------------------------
 
   void train_step(int64_t s) {
+    TrainingProgress& progress = group_->progress();
+    progress.begin_step(s);
+    progress.set_phase(Phase::kOther);
     faults_->before_step(s);
     const SteadyTime step_start = now();
+    progress.set_phase(Phase::kData);
     const double lr = schedule_.at(s);
     for (auto& g : optimizer_->param_groups()) g.options().set_lr(lr);
     optimizer_->zero_grad();
@@ -225,6 +238,7 @@ class Trainer {
       std::optional<DistributedDataParallelBase::NoSyncGuard> no_sync;
       if (!last) no_sync.emplace(ddp_->no_sync());
       const SteadyTime f0 = now();
+      progress.set_phase(Phase::kForward);
       torch::Tensor loss;
       {
         AutocastScope autocast(device_.type(), autocast_dtype_);
@@ -234,17 +248,21 @@ class Trainer {
       const SteadyTime f1 = now();
       trace_.span("forward", TraceLane::kCompute, f0, f1, s);
       loss_sum += loss.item<double>();
+      progress.set_phase(Phase::kBackward);
       (autocast_dtype_ == torch::kHalf ? loss * scaler_.scale() : loss).backward();
       trace_.span(last ? "backward" : "backward (no_sync)", TraceLane::kCompute, f1, now(), s);
     }
     const auto [communication, exposed] = trace_reduction(s);
 
     const SteadyTime o0 = now();
+    progress.set_phase(Phase::kOptimizer);
     const bool apply = autocast_dtype_ != torch::kHalf || scaler_.unscale_and_update(params_);
     if (apply) optimizer_->step();
     const SteadyTime o1 = now();
     trace_.span(apply ? "optimizer" : "optimizer (skipped: inf/nan gradients)", TraceLane::kCompute, o0, o1, s);
 
+    progress.set_phase(Phase::kOther);
+    progress.end_step();
     const Seconds took = o1 - step_start;
     const int64_t samples = o_.batch_size * group_->world_size;
     window_.add(took, samples, communication, exposed);
@@ -290,6 +308,7 @@ class Trainer {
 
   void save_checkpoint(int64_t next_step) {
     if (group_->rank != 0) return;
+    group_->progress().set_phase(Phase::kCheckpoint);
     const SteadyTime t0 = now();
     TrainingPosition p;
     p.next_step = next_step;
@@ -298,7 +317,10 @@ class Trainer {
     const std::string path = checkpoints_->save(next_step, checkpoint_metadata(next_step),
                                                 encode_training_state(*model_, *optimizer_, p));
     trace_.span("checkpoint", TraceLane::kCompute, t0, now(), next_step - 1);
-    if (!o_.quiet) std::printf("ddptrain: checkpoint %s\n", path.c_str());
+    if (!o_.quiet) {
+      std::printf("ddptrain: checkpoint %s\n", path.c_str());
+      std::fflush(stdout);  // under a launcher stdout is a pipe: this line must survive a crash
+    }
   }
 
   void finish(double elapsed_s) {

@@ -25,9 +25,10 @@ int pending_stop_signal() {
 
 }  // namespace
 
-AgentSession::AgentSession(AgentSettings settings, int wakeup_fd)
+AgentSession::AgentSession(AgentSettings settings, int wakeup_fd, WorkerHealthBoard& health)
     : settings_(std::move(settings)),
       wakeup_fd_(wakeup_fd),
+      health_(health),
       client_(settings_.endpoint, settings_.job_id, settings_.token, settings_.tls) {}
 
 AgentSession::~AgentSession() { stop_threads(); }
@@ -78,8 +79,14 @@ std::string AgentSession::stop_reason() const {
   return stop_reason_;
 }
 
+std::string AgentSession::stop_report_json() const {
+  std::lock_guard<std::mutex> lock(reason_mutex_);
+  return stop_report_json_;
+}
+
 void AgentSession::start_threads(int64_t generation) {
   threads_stop_ = false;
+  health_.clear();  // the previous generation's workers are gone
   heartbeat_thread_ = std::thread([this, generation] { heartbeat_loop(generation); });
   watch_thread_ = std::thread([this, generation] { watch_loop(generation); });
 }
@@ -112,7 +119,10 @@ void AgentSession::request_stop(const std::string& reason) {
 void AgentSession::heartbeat_loop(int64_t generation) {
   auto last_ok = std::chrono::steady_clock::now();
   while (!threads_stop_.load()) {
-    const Status s = client_.heartbeat(assignment_.node_rank, generation, std::min<Duration>(settings_.heartbeat_interval, 5s));
+    std::vector<int> dump_ranks;
+    const Status s = client_.heartbeat(assignment_.node_rank, generation,
+                                       std::min<Duration>(settings_.heartbeat_interval, 5s), health_.latest(), &dump_ranks);
+    if (!dump_ranks.empty()) health_.request_stack_dumps(dump_ranks);
     const auto now = std::chrono::steady_clock::now();
     if (s.ok()) {
       last_ok = now;
@@ -149,6 +159,10 @@ void AgentSession::watch_loop(int64_t generation) {
       continue;
     }
     if (view.state != GenerationState::kRunning) {
+      {
+        std::lock_guard<std::mutex> lock(reason_mutex_);
+        stop_report_json_ = view.report_json;
+      }
       request_stop(view.reason.empty() ? std::string("the job is stopping") : view.reason);
       return;
     }

@@ -17,6 +17,7 @@
 #include <string>
 #include <thread>
 
+#include "agent/worker_health_board.h"
 #include "coordinator/coordinator_client.h"
 #include "supervise/supervisor.h"
 
@@ -42,8 +43,9 @@ struct AgentSettings {
 class AgentSession final : public AttemptArbiter {
  public:
   /// wakeup_fd: an eventfd the event loop watches; written when the job is
-  /// stopping elsewhere (not owned).
-  AgentSession(AgentSettings settings, int wakeup_fd);
+  /// stopping elsewhere (not owned). health: this node's worker heartbeats,
+  /// forwarded with each agent heartbeat (not owned; outlives the session).
+  AgentSession(AgentSettings settings, int wakeup_fd, WorkerHealthBoard& health);
   ~AgentSession() override;
 
   /// Joins generation; throws PlanError(exit_code::kRendezvous) on refusal or
@@ -53,6 +55,8 @@ class AgentSession final : public AttemptArbiter {
   bool stop_requested() const { return stop_requested_.load(); }
   /// The coordinator's reason for stopping (another node's failure).
   std::string stop_reason() const;
+  /// The hang or desync report (JSON) behind the stop, when that was the cause.
+  std::string stop_report_json() const;
 
   Verdict conclude(const AttemptSummary& summary) override;
 
@@ -70,6 +74,7 @@ class AgentSession final : public AttemptArbiter {
 
   AgentSettings settings_;
   int wakeup_fd_;
+  WorkerHealthBoard& health_;
   CoordinatorClient client_;
   Assignment assignment_;
   std::atomic<bool> threads_stop_{false};
@@ -79,6 +84,7 @@ class AgentSession final : public AttemptArbiter {
   std::atomic<bool> coordinator_lost_{false};
   mutable std::mutex reason_mutex_;
   std::string stop_reason_;
+  std::string stop_report_json_;
   std::mutex watch_mutex_;
   grpc::ClientContext* watch_call_ = nullptr;  // the watch thread's poll in flight, to cancel it
   std::thread heartbeat_thread_;

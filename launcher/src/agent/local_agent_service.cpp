@@ -1,5 +1,7 @@
 #include "agent/local_agent_service.h"
 
+#include "health/heartbeat_proto.h"
+
 #include <fmt/format.h>
 #include <grpcpp/grpcpp.h>
 #include <sys/stat.h>
@@ -12,10 +14,20 @@ namespace ddp {
 
 namespace pb = ::ddplaunch::v1;
 
+namespace {
+
+std::string this_host() {
+  char name[256] = {};
+  gethostname(name, sizeof name - 1);
+  return name;
+}
+
+}  // namespace
+
 class LocalAgentService final : public pb::LocalAgent::CallbackService {
  public:
-  LocalAgentService(CoordinatorClient& client, std::string job_id, std::string token)
-      : client_(client), job_id_(std::move(job_id)), token_(std::move(token)) {}
+  LocalAgentService(CoordinatorClient& client, WorkerHealthBoard& health, std::string job_id, std::string token)
+      : client_(client), health_(health), job_id_(std::move(job_id)), token_(std::move(token)) {}
 
   void set_layout(const LocalLayout& layout) {
     std::lock_guard<std::mutex> lock(mutex_);
@@ -45,6 +57,28 @@ class LocalAgentService final : public pb::LocalAgent::CallbackService {
     reply->set_generation(a.generation);
     reply->set_master_addr(a.master_addr);
     reply->set_master_port(a.master_port);
+    reactor->Finish(grpc::Status::OK);
+    return reactor;
+  }
+
+  // Kept on the board until the agent's heartbeat forwards it; the reply
+  // carries a pending request for a stack dump.
+  Reactor* Heartbeat(Ctx* ctx, const pb::WorkerHeartbeatRequest* req, pb::WorkerHeartbeatReply* reply) override {
+    Reactor* reactor = ctx->DefaultReactor();
+    if (!authorized(req->auth())) return refuse(reactor);
+    int node_rank = 0;
+    std::string host;
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      if (req->heartbeat().generation() != layout_.assignment.generation) {
+        reactor->Finish(grpc::Status::OK);  // from a previous generation's worker: ignored
+        return reactor;
+      }
+      node_rank = layout_.assignment.node_rank;
+      host = layout_.assignment.host.empty() ? this_host() : layout_.assignment.host;
+    }
+    health_.record(from_proto(req->heartbeat(), node_rank, host));
+    reply->set_dump_stacks(health_.take_stack_dump_request(req->heartbeat().rank()));
     reactor->Finish(grpc::Status::OK);
     return reactor;
   }
@@ -101,6 +135,7 @@ class LocalAgentService final : public pb::LocalAgent::CallbackService {
   }
 
   CoordinatorClient& client_;
+  WorkerHealthBoard& health_;
   const std::string job_id_;
   const std::string token_;
   std::mutex mutex_;
@@ -116,9 +151,10 @@ std::string agent_socket_dir() {
   return dir;
 }
 
-LocalAgentServer::LocalAgentServer(const std::string& socket_path, CoordinatorClient& client, std::string job_id,
-                                   std::string token)
-    : path_(socket_path), service_(std::make_unique<LocalAgentService>(client, std::move(job_id), std::move(token))) {
+LocalAgentServer::LocalAgentServer(const std::string& socket_path, CoordinatorClient& client, WorkerHealthBoard& health,
+                                   std::string job_id, std::string token)
+    : path_(socket_path),
+      service_(std::make_unique<LocalAgentService>(client, health, std::move(job_id), std::move(token))) {
   std::filesystem::remove(path_);
   grpc::ServerBuilder builder;
   builder.AddListeningPort("unix:" + path_, grpc::InsecureServerCredentials());

@@ -1,8 +1,9 @@
 #pragma once
 // LocalAgentServer: what an agent serves its own workers on a Unix-domain
-// socket (mode 0600 in a 0700 directory): registration, and the job's KV
-// store, barriers and NCCL IDs, relayed to the coordinator without blocking a
-// thread. Workers thus never open control connections across the network.
+// socket (mode 0600 in a 0700 directory): registration, heartbeats (kept on
+// the WorkerHealthBoard for the agent's own heartbeat to forward), and the
+// job's KV store, barriers and NCCL IDs, relayed to the coordinator without
+// blocking a thread. Workers thus never open control connections across the network.
 //
 // Ownership: owns its gRPC server and socket file (removed on destruction).
 // Threading: gRPC threads call the service; set_layout() may be called from
@@ -12,6 +13,7 @@
 #include <mutex>
 #include <string>
 
+#include "agent/worker_health_board.h"
 #include "coordinator/coordinator_client.h"
 
 namespace grpc {
@@ -31,7 +33,9 @@ class LocalAgentService;
 class LocalAgentServer {
  public:
   /// Listens on socket_path; throws std::runtime_error when it cannot.
-  LocalAgentServer(const std::string& socket_path, CoordinatorClient& client, std::string job_id, std::string token);
+  /// health: where worker heartbeats go (not owned; outlives the server).
+  LocalAgentServer(const std::string& socket_path, CoordinatorClient& client, WorkerHealthBoard& health,
+                   std::string job_id, std::string token);
   ~LocalAgentServer();
   LocalAgentServer(const LocalAgentServer&) = delete;
   LocalAgentServer& operator=(const LocalAgentServer&) = delete;

@@ -76,6 +76,13 @@ std::optional<LaunchOptions> parse_launch_options(int argc, const char* const* a
   add(app, "shutdown-grace", o.shutdown_grace_s, "seconds from SIGTERM to SIGKILL when stopping workers")
       ->check(CLI::NonNegativeNumber)
       ->capture_default_str();
+  add(app, "heartbeat-interval", o.heartbeat_interval_s, "seconds between the workers' heartbeats (runtime workers)")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  add(app, "hang-timeout", o.hang_timeout_s,
+      "seconds a rank may be silent, or the job make no progress, before it is declared hung (exit 124)")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
   add_flag(app, "-m,--module", o.module, "PET_MODULE", "PROGRAM is a Python module, run as python3 -u -m PROGRAM");
   add_flag(app, spellings("no-python"), o.no_python, "PET_NO_PYTHON", "run PROGRAM as is, even a .py file");
   app.add_option("--log-level", o.log_level, "ddplaunch's own log level")

@@ -157,6 +157,12 @@ LaunchPlan resolve_launch_plan(const LaunchOptions& o, const GetEnv& getenv) {
   plan.max_restarts = o.max_restarts;
   plan.role = o.role;
   plan.shutdown_grace = std::chrono::duration_cast<Duration>(std::chrono::duration<double>(o.shutdown_grace_s));
+  plan.heartbeat_interval = std::chrono::duration_cast<Duration>(std::chrono::duration<double>(o.heartbeat_interval_s));
+  plan.hang_timeout = std::chrono::duration_cast<Duration>(std::chrono::duration<double>(o.hang_timeout_s));
+  if (plan.hang_timeout <= plan.heartbeat_interval) {
+    throw UsageError(fmt::format("--hang-timeout {} s must be longer than --heartbeat-interval {} s", o.hang_timeout_s,
+                                 o.heartbeat_interval_s));
+  }
 
   // --standalone: everything on loopback with a port of our choosing.
   plan.master_addr = o.standalone ? "127.0.0.1" : o.master_addr;

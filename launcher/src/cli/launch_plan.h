@@ -44,6 +44,8 @@ struct LaunchPlan {
   std::set<int> console_local_ranks;  // empty: all
   std::string role;
   Duration shutdown_grace{};
+  Duration heartbeat_interval = std::chrono::seconds(1);
+  Duration hang_timeout = std::chrono::seconds(300);
   std::vector<std::string> argv;  // what each worker executes
 };
 

@@ -1,5 +1,7 @@
 #include "coordinator/coordinator_client.h"
 
+#include "health/heartbeat_proto.h"
+
 #include <grpcpp/grpcpp.h>
 
 #include <future>
@@ -94,15 +96,33 @@ Status CoordinatorClient::join(const JoinParams& p, int max_restarts, Duration t
   return s;
 }
 
-Status CoordinatorClient::heartbeat(int node_rank, int64_t generation, Duration timeout) {
+Status CoordinatorClient::heartbeat(int node_rank, int64_t generation, Duration timeout,
+                                     const std::vector<ForwardedReport>& workers, std::vector<int>* dump_ranks) {
   pb::AgentHeartbeatRequest req;
   authorize(req.mutable_auth());
   req.set_node_rank(node_rank);
   req.set_generation(generation);
+  for (const ForwardedReport& w : workers) {
+    to_proto(w.report, w.held, *req.add_workers());
+    if (req.host().empty()) req.set_host(w.report.host);
+  }
   pb::AgentHeartbeatReply reply;
   grpc::ClientContext ctx;
   set_deadline(ctx, timeout);
-  return from_grpc(stub_->AgentHeartbeat(&ctx, req, &reply));
+  const Status s = from_grpc(stub_->AgentHeartbeat(&ctx, req, &reply));
+  if (dump_ranks) dump_ranks->assign(reply.dump_stack_ranks().begin(), reply.dump_stack_ranks().end());
+  return s;
+}
+
+Status CoordinatorClient::status(Duration timeout, std::string& json) {
+  pb::StatusRequest req;
+  authorize(req.mutable_auth());
+  pb::StatusReply reply;
+  grpc::ClientContext ctx;
+  set_deadline(ctx, timeout);
+  const Status s = from_grpc(stub_->GetStatus(&ctx, req, &reply));
+  json = reply.json();
+  return s;
 }
 
 Status CoordinatorClient::report_outcome(int64_t generation, const NodeOutcome& o, Duration timeout) {
@@ -139,6 +159,7 @@ Status CoordinatorClient::watch(int node_rank, int64_t generation, GenerationSta
   view.reason = reply.reason();
   view.failed_node = reply.failed_node();
   view.failed_rank = reply.failed_rank();
+  view.report_json = reply.report_json();
   return s;
 }
 

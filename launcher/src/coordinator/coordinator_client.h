@@ -34,7 +34,12 @@ class CoordinatorClient {
   /// 100 ms); when it returns true the join is cancelled (Cancelled).
   Status join(const JoinParams& params, int max_restarts, Duration timeout, JoinResult& result,
               const std::function<bool()>& should_abort = {});
-  Status heartbeat(int node_rank, int64_t generation, Duration timeout);
+  /// workers: the node's latest worker heartbeats; dump_ranks (optional)
+  /// gets the ranks the coordinator asks to dump their stacks.
+  Status heartbeat(int node_rank, int64_t generation, Duration timeout, const std::vector<ForwardedReport>& workers = {},
+                   std::vector<int>* dump_ranks = nullptr);
+  /// The job's health view as JSON (CoordinatorJob::status_json).
+  Status status(Duration timeout, std::string& json);
   Status report_outcome(int64_t generation, const NodeOutcome& outcome, Duration timeout);
   /// Long poll; see CoordinatorJob::watch.
   /// A caller that must be able to cancel the poll passes its own context

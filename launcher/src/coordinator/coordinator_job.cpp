@@ -1,5 +1,8 @@
 #include "coordinator/coordinator_job.h"
 
+#include <nlohmann/json.hpp>
+#include <spdlog/spdlog.h>
+
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -22,6 +25,17 @@ void CoordinatorJob::Fired::run() {
   for (auto& [callback, view] : watches) callback(watch_status, view);
 }
 
+namespace {
+
+HangConfig hang_config(const JobConfig& job) {
+  HangConfig c;
+  c.hang_timeout = job.hang_timeout;
+  c.heartbeat_interval = job.heartbeat_interval;
+  return c;
+}
+
+}  // namespace
+
 CoordinatorJob::CoordinatorJob(std::string job_id, std::string token, JobConfig config, const Clock& clock,
                                UniqueIdSource& ids)
     : job_id_(std::move(job_id)),
@@ -30,7 +44,9 @@ CoordinatorJob::CoordinatorJob(std::string job_id, std::string token, JobConfig 
       clock_(clock),
       ids_(ids),
       rendezvous_(config.nnodes, config.nproc),
-      told_finished_(static_cast<size_t>(config.nnodes), false) {
+      told_finished_(static_cast<size_t>(config.nnodes), false),
+      health_(hang_config(config), config.nnodes * config.nproc, clock),
+      created_at_(clock.now()) {
   rendezvous_.open(0);
 }
 
@@ -62,16 +78,74 @@ void CoordinatorJob::on_world_formed() {
   outcomes_.assign(static_cast<size_t>(config_.nnodes), std::nullopt);
   last_heartbeat_.assign(static_cast<size_t>(config_.nnodes), clock_.now());
   root_cause_.reset();
+  health_.reset(rendezvous_.nnodes() * rendezvous_.nproc());
+  pending_hang_.reset();
+  dump_ranks_.clear();
+  hang_report_.clear();
 }
 
-Status CoordinatorJob::heartbeat(int node_rank, int64_t generation, int64_t& current) {
+Status CoordinatorJob::heartbeat(int node_rank, int64_t generation, int64_t& current,
+                                 const std::vector<ForwardedReport>& workers, std::vector<int>* dump_ranks) {
   std::lock_guard<std::mutex> lock(mutex_);
   current = generation_;
   if (node_rank < 0 || node_rank >= config_.nnodes) {
     return {StatusCode::kInvalidArgument, fmt::format("node rank {} outside 0..{}", node_rank, config_.nnodes - 1)};
   }
-  if (generation == generation_ && world_formed_) last_heartbeat_[static_cast<size_t>(node_rank)] = clock_.now();
+  if (generation != generation_ || !world_formed_) return Status::Ok();
+  last_heartbeat_[static_cast<size_t>(node_rank)] = clock_.now();
+  for (const ForwardedReport& w : workers) {
+    if (w.report.rank < 0 || w.report.rank >= rendezvous_.nnodes() * rendezvous_.nproc()) continue;
+    health_.on_report(w.report, w.held);
+    if (w.report.exiting) health_.on_rank_exited(w.report.rank);
+    if (dump_ranks && std::find(dump_ranks_.begin(), dump_ranks_.end(), w.report.rank) != dump_ranks_.end()) {
+      dump_ranks->push_back(w.report.rank);
+    }
+  }
   return Status::Ok();
+}
+
+void CoordinatorJob::check_health(SteadyTime now, Fired& fired) {
+  if (!world_formed_ || state_ != GenerationState::kRunning) return;
+  for (const StragglerWarning& w : health_.take_straggler_warnings()) spdlog::warn("straggler: {}", w.summary);
+  if (!pending_hang_) {
+    std::optional<HangVerdict> verdict = health_.check();
+    if (!verdict) return;
+    // Report first; the stuck ranks get two intervals to dump their stacks.
+    spdlog::error("{} detected: {}", to_string(verdict->kind), verdict->summary);
+    dump_ranks_ = verdict->culprits;
+    dump_ranks_.insert(dump_ranks_.end(), verdict->waiting.begin(), verdict->waiting.end());
+    hang_stop_at_ = now + 2 * config_.heartbeat_interval;
+    pending_hang_ = std::move(verdict);
+    return;
+  }
+  if (now < hang_stop_at_) return;
+  const HangVerdict& v = *pending_hang_;
+  NodeOutcome cause;
+  cause.exit_code = kHangExitCode;
+  cause.failed_rank = v.culprits.empty() ? -1 : v.culprits.front();
+  cause.node_rank = cause.failed_rank >= 0 ? cause.failed_rank / std::max(config_.nproc, 1) : -1;
+  cause.description = fmt::format("{}: {}", to_string(v.kind), v.summary);
+  hang_report_ = v.details.dump(2, ' ', false, nlohmann::json::error_handler_t::replace);
+  root_cause_ = cause;
+  pending_hang_.reset();
+  set_state(GenerationState::kStopping, fired);
+}
+
+std::string CoordinatorJob::status_json() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  nlohmann::json j;
+  j["job_id"] = job_id_;
+  j["generation"] = generation_;
+  j["state"] = to_string(state_);
+  j["restarts_used"] = restarts_used_;
+  j["max_restarts"] = config_.max_restarts;
+  j["elapsed_s"] = std::chrono::duration<double>(clock_.now() - created_at_).count();
+  j["nnodes"] = config_.nnodes;
+  j["world_size"] = config_.nnodes * config_.nproc;
+  j["hosts"] = rendezvous_.hosts();
+  j["ranks"] = health_.snapshot();
+  if (root_cause_) j["failure"] = root_cause_->description;
+  return j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
 }
 
 Status CoordinatorJob::report_outcome(int64_t generation, const NodeOutcome& outcome) {
@@ -138,6 +212,7 @@ GenerationView CoordinatorJob::view_of(int64_t generation) const {
     v.reason = root_cause_->description;
     v.failed_node = root_cause_->node_rank;
     v.failed_rank = root_cause_->failed_rank;
+    v.report_json = hang_report_;
   }
   return v;
 }
@@ -304,6 +379,7 @@ void CoordinatorJob::tick() {
       finished_view_.reason = "rendezvous timed out";
       set_state(GenerationState::kFinished, fired);
     }
+    check_health(now, fired);
     if (world_formed_ && (state_ == GenerationState::kRunning || state_ == GenerationState::kStopping)) {
       for (int node = 0; node < config_.nnodes; ++node) {
         const auto n = static_cast<size_t>(node);

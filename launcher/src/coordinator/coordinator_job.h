@@ -22,6 +22,8 @@
 #include "coordinator/unique_id_source.h"
 #include "ddp/common/clock.h"
 #include "ddp/common/status.h"
+#include "health/hang_detector.h"
+#include "health/rank_health.h"
 
 namespace ddp {
 
@@ -31,6 +33,10 @@ struct JobConfig {
   int max_restarts = 0;
   /// A node whose agent sent no heartbeat for this long has failed.
   Duration node_timeout = std::chrono::seconds(15);
+  /// Workers' heartbeat interval, and how long a rank may be silent or the
+  /// job make no progress before it is declared hung.
+  Duration heartbeat_interval = std::chrono::seconds(1);
+  Duration hang_timeout = std::chrono::seconds(300);
 };
 
 enum class GenerationState { kRunning = 1, kStopping = 2, kRestarting = 3, kFinished = 4 };
@@ -54,6 +60,13 @@ struct GenerationView {
   std::string reason;
   int failed_node = -1;
   int failed_rank = -1;
+  std::string report_json;  // the hang or desync report, when that was the cause
+};
+
+/// A worker heartbeat as an agent forwards it: held for `held` at the agent.
+struct ForwardedReport {
+  RankReport report;
+  Duration held{};
 };
 
 using WatchCallback = std::function<void(const Status&, const GenerationView&)>;
@@ -62,6 +75,8 @@ using WatchCallback = std::function<void(const Status&, const GenerationView&)>;
 inline constexpr int kNodeLostExitCode = 123;
 /// The exit code of a job whose world never formed (exit_code::kRendezvous).
 inline constexpr int kRendezvousFailedExitCode = 125;
+/// The exit code of a job declared hung (exit_code::kHang).
+inline constexpr int kHangExitCode = 124;
 
 class CoordinatorJob {
  public:
@@ -73,8 +88,14 @@ class CoordinatorJob {
   bool token_matches(const std::string& token) const;
 
   void join(const JoinParams& params, Duration timeout, JoinCallback done);
-  /// Returns the job's current generation through current.
-  Status heartbeat(int node_rank, int64_t generation, int64_t& current);
+  /// Returns the job's current generation through current. workers: the
+  /// latest heartbeat of each of the node's workers, for the health view;
+  /// dump_ranks gets the node's ranks asked to dump their stacks.
+  Status heartbeat(int node_rank, int64_t generation, int64_t& current,
+                   const std::vector<ForwardedReport>& workers = {}, std::vector<int>* dump_ranks = nullptr);
+  /// The health view for `ddplaunch status` (JSON): job, generation, state,
+  /// restarts used, elapsed, and per rank its last heartbeat.
+  std::string status_json() const;
   Status report_outcome(int64_t generation, const NodeOutcome& outcome);
   /// Answers as soon as generation's state differs from known, or with the
   /// unchanged state once timeout passes (the caller polls again).
@@ -100,7 +121,9 @@ class CoordinatorJob {
   /// The same bytes for every caller of (generation, comm_key).
   Status nccl_id(int64_t generation, const std::string& comm_key, std::string& id);
 
-  /// Expires waits and joins, and declares silent nodes failed. Call often
+  /// Expires waits and joins, declares silent nodes failed, and runs hang
+  /// detection (a verdict first asks the stuck ranks for their stacks, then,
+  /// two heartbeat intervals later, stops the generation). Call often
   /// (the coordinator's timer thread does, every 100 ms).
   void tick();
   /// Answers every parked call with status (the coordinator shuts down).
@@ -136,6 +159,7 @@ class CoordinatorJob {
   GenerationView answer(int node_rank, int64_t generation, bool asked_after_outcome);
   bool has_reported(int node_rank) const;
   void on_world_formed();
+  void check_health(SteadyTime now, Fired& fired);
 
   const std::string job_id_;
   const std::string token_;
@@ -157,6 +181,14 @@ class CoordinatorJob {
   GenerationView finished_view_;
   std::vector<Parked> watches_;
   std::vector<bool> told_finished_;  // by node rank
+
+  // Worker health (this generation).
+  HangDetector health_;
+  std::optional<HangVerdict> pending_hang_;  // reported, stacks asked for, not yet stopped
+  SteadyTime hang_stop_at_{};
+  std::vector<int> dump_ranks_;
+  std::string hang_report_;
+  SteadyTime created_at_;
 };
 
 }  // namespace ddp

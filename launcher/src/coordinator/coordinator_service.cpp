@@ -1,5 +1,7 @@
 #include "coordinator/coordinator_service.h"
 
+#include "health/heartbeat_proto.h"
+
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
@@ -99,8 +101,15 @@ CoordinatorService::Reactor* CoordinatorService::AgentHeartbeat(Ctx* ctx, const 
   Reactor* reactor = ctx->DefaultReactor();
   if (auto job = job_for(ctx, reactor, req->auth(), "AgentHeartbeat")) {
     int64_t current = 0;
-    const Status s = job->heartbeat(req->node_rank(), req->generation(), current);
+    std::vector<ForwardedReport> workers;
+    workers.reserve(static_cast<size_t>(req->workers_size()));
+    for (const auto& w : req->workers()) {
+      workers.push_back({from_proto(w, req->node_rank(), req->host()), std::chrono::milliseconds(w.held_ms())});
+    }
+    std::vector<int> dump;
+    const Status s = job->heartbeat(req->node_rank(), req->generation(), current, workers, &dump);
     reply->set_generation(current);
+    for (int r : dump) reply->add_dump_stack_ranks(r);
     finish(ctx, reactor, s, "AgentHeartbeat");
   }
   return reactor;
@@ -122,6 +131,16 @@ CoordinatorService::Reactor* CoordinatorService::ReportOutcome(Ctx* ctx, const p
   return reactor;
 }
 
+CoordinatorService::Reactor* CoordinatorService::GetStatus(Ctx* ctx, const pb::StatusRequest* req,
+                                                           pb::StatusReply* reply) {
+  Reactor* reactor = ctx->DefaultReactor();
+  if (auto job = job_for(ctx, reactor, req->auth(), "GetStatus")) {
+    reply->set_json(job->status_json());
+    finish(ctx, reactor, Status::Ok(), "GetStatus");
+  }
+  return reactor;
+}
+
 CoordinatorService::Reactor* CoordinatorService::Watch(Ctx* ctx, const pb::WatchRequest* req, pb::WatchReply* reply) {
   Reactor* reactor = ctx->DefaultReactor();
   if (auto job = job_for(ctx, reactor, req->auth(), "Watch")) {
@@ -137,6 +156,7 @@ CoordinatorService::Reactor* CoordinatorService::Watch(Ctx* ctx, const pb::Watch
                  reply->set_reason(v.reason);
                  reply->set_failed_node(v.failed_node);
                  reply->set_failed_rank(v.failed_rank);
+                 reply->set_report_json(v.report_json);
                  finish(ctx, reactor, s, "Watch");
                });
   }

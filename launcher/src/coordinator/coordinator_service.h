@@ -32,6 +32,7 @@ class CoordinatorService final : public pb::Coordinator::CallbackService {
   Reactor* KvDeletePrefix(Ctx* ctx, const pb::KvDeletePrefixRequest* req, pb::KvDeletePrefixReply* reply) override;
   Reactor* Barrier(Ctx* ctx, const pb::BarrierRequest* req, pb::BarrierReply* reply) override;
   Reactor* GetNcclId(Ctx* ctx, const pb::NcclIdRequest* req, pb::NcclIdReply* reply) override;
+  Reactor* GetStatus(Ctx* ctx, const pb::StatusRequest* req, pb::StatusReply* reply) override;
 
  private:
   /// The caller's job, or null after finishing the call with the refusal.

@@ -19,6 +19,7 @@
 #include "job/worker_env.h"
 #include "output/output_router.h"
 #include "process/posix_spawner.h"
+#include "agent/worker_health_board.h"
 #include "report/failure_report.h"
 #include "report/oom_probe.h"
 
@@ -64,6 +65,7 @@ std::vector<WorkerSpec> plan_workers(const LaunchPlan& plan, const Assignment& l
     id.rank_log_dir = dir.string();
     id.agent_socket = agent_socket;
     id.token = plan.token;
+    id.heartbeat_interval_ms = std::chrono::duration_cast<std::chrono::milliseconds>(plan.heartbeat_interval).count();
     specs.push_back({local_rank, rank, {plan.argv, build_worker_env(base_env, id)}});
   }
   return specs;
@@ -108,6 +110,10 @@ class JobListener final : public SupervisorListener {
   void on_attempt_ended(int attempt, const std::vector<WorkerRecord>& workers) override {
     const auto root = std::find_if(workers.begin(), workers.end(),
                                    [](const WorkerRecord& w) { return w.state == WorkerState::kFailed; });
+    if (root == workers.end() && !stop_report_.empty()) {
+      write_hang_report(attempt);
+      return;
+    }
     if (root == workers.end()) return;
     const fs::path path = attempt_dir(plan_, attempt) / "failure.json";
     std::ofstream(path) << attempt_report_to_json(plan_.job_id, attempt, *root, failures_, workers).dump(2) << '\n';
@@ -120,8 +126,20 @@ class JobListener final : public SupervisorListener {
 
   /// This node's rank in the job, once the coordinator has said it.
   void set_node_rank(int node_rank) { node_rank_ = node_rank; }
+  /// The coordinator stopped the attempt for a hang or desync: its report
+  /// (JSON) goes into this attempt's failure.json.
+  void set_stop_report(std::string report_json) { stop_report_ = std::move(report_json); }
 
  private:
+  void write_hang_report(int attempt) {
+    nlohmann::json report = {{"job_id", plan_.job_id}, {"attempt", attempt}, {"node_rank", node_rank_}};
+    report["hang"] = nlohmann::json::parse(stop_report_, nullptr, /*allow_exceptions=*/false);
+    stop_report_.clear();
+    const fs::path path = attempt_dir(plan_, attempt) / "failure.json";
+    std::ofstream(path) << report.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) << '\n';
+    spdlog::error("job {} attempt {} stopped by the coordinator; report: {}", plan_.job_id, attempt, path.string());
+  }
+
   void route(int pipe_fd, const WorkerRecord& worker, StreamKind kind, const fs::path& file, bool to_console) {
     if (pipe_fd < 0) return;
     router_.add(pipe_fd, {worker.rank, worker.local_rank, kind, to_console, open_log(file)});
@@ -134,6 +152,7 @@ class JobListener final : public SupervisorListener {
   OomProbe oom_;
   std::optional<uint64_t> oom_kills_at_start_;
   nlohmann::json failures_ = nlohmann::json::array();
+  std::string stop_report_;
   int attempt_ = 0;  // the attempt now running
   int node_rank_ = 0;
 };
@@ -166,7 +185,14 @@ std::unique_ptr<CoordinatorServer> host_coordinator(const LaunchPlan& plan, cons
     spdlog::info("another agent hosts the coordinator at {}:{} ({})", plan.rdzv_host, plan.rdzv_port, e.what());
     return nullptr;
   }
-  server->coordinator().create_job(plan.job_id, plan.token, {plan.nnodes, plan.nproc, plan.max_restarts});
+  JobConfig job;
+  job.nnodes = plan.nnodes;
+  job.nproc = plan.nproc;
+  job.max_restarts = plan.max_restarts;
+  job.node_timeout = plan.node_timeout;
+  job.heartbeat_interval = plan.heartbeat_interval;
+  job.hang_timeout = plan.hang_timeout;
+  server->coordinator().create_job(plan.job_id, plan.token, job);
   spdlog::info("coordinator listening on {}:{} (NCCL IDs: {})", listen_host, server->port(),
                server->coordinator().ids().describe());
   return server;
@@ -186,7 +212,8 @@ AgentSettings agent_settings(const LaunchPlan& plan, const std::string& endpoint
   settings.master_port = plan.master_port;
   settings.max_restarts = plan.max_restarts;
   settings.join_timeout = plan.join_timeout;
-  settings.heartbeat_interval = plan.agent_heartbeat_interval;
+  // Worker heartbeats reach the coordinator with the agent's own.
+  settings.heartbeat_interval = std::min(plan.agent_heartbeat_interval, plan.heartbeat_interval);
   settings.coordinator_timeout = plan.node_timeout;
   return settings;
 }
@@ -226,9 +253,10 @@ int run_launch(const LaunchPlan& plan, OrphanSentinel* sentinel) {
   const std::string endpoint = plan.nnodes == 1 ? fmt::format("127.0.0.1:{}", coordinator->port())
                                                 : fmt::format("{}:{}", plan.rdzv_host, plan.rdzv_port);
   const WakeupFd wakeup;
-  AgentSession session(agent_settings(plan, endpoint, tls), wakeup.fd());
+  WorkerHealthBoard health(SystemClock::instance());
+  AgentSession session(agent_settings(plan, endpoint, tls), wakeup.fd(), health);
   const std::string socket_path = fmt::format("{}/{}.sock", agent_socket_dir(), getpid());
-  LocalAgentServer local(socket_path, session.client(), plan.job_id, plan.token);
+  LocalAgentServer local(socket_path, session.client(), health, plan.job_id, plan.token);
 
   OutputRouter router(std::max(plan.node_rank, 0), STDOUT_FILENO, STDERR_FILENO);
   EventLoop loop(router, SystemClock::instance());
@@ -248,6 +276,7 @@ int run_launch(const LaunchPlan& plan, OrphanSentinel* sentinel) {
     wakeup.drain();
     if (session.stop_requested()) {
       spdlog::error("stopping this node's workers: {}", session.stop_reason());
+      listener.set_stop_report(session.stop_report_json());
       s.stop_attempt();
     }
   });

@@ -32,6 +32,7 @@ std::vector<std::string> build_worker_env(const std::vector<std::string>& base, 
       {"DDPLAUNCH_RANK_LOG_DIR", id.rank_log_dir},
       {"DDPLAUNCH_AGENT_SOCKET", id.agent_socket},
       {"DDPLAUNCH_TOKEN", id.token},
+      {"DDPLAUNCH_HEARTBEAT_INTERVAL_MS", std::to_string(id.heartbeat_interval_ms)},
       {"DDPLAUNCH_NODE_RANK", std::to_string(id.group_rank)},
       {"DDPLAUNCH_NNODES", std::to_string(id.group_world_size)},
   };

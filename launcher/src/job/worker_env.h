@@ -25,6 +25,7 @@ struct WorkerIdentity {
   std::string rank_log_dir;  // DDPLAUNCH_RANK_LOG_DIR
   std::string agent_socket;  // DDPLAUNCH_AGENT_SOCKET: the local agent service
   std::string token;         // DDPLAUNCH_TOKEN: proves the worker belongs to the job
+  int64_t heartbeat_interval_ms = 1000;  // DDPLAUNCH_HEARTBEAT_INTERVAL_MS
 };
 
 /// base: the launcher's environment as "NAME=value" entries. The result keeps

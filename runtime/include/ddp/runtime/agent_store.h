@@ -8,8 +8,10 @@
 
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "ddp/common/store.h"
+#include "ddp/runtime/flight_recorder.h"
 
 namespace ddp {
 
@@ -23,6 +25,22 @@ struct AgentRegistration {
   int64_t generation = 0;
   std::string master_addr;
   int master_port = 0;
+};
+
+/// One heartbeat of this worker (see health.h).
+struct WorkerHeartbeatData {
+  int rank = 0;
+  int local_rank = 0;
+  int pid = 0;
+  int64_t generation = 0;
+  int64_t step = -1;
+  std::string phase = "unknown";
+  double step_seconds = 0;
+  uint64_t last_enqueued = 0;
+  uint64_t last_started = 0;
+  uint64_t last_completed = 0;
+  std::vector<CollectiveRecord> recent;  // oldest first
+  bool exiting = false;                  // the last heartbeat: this worker is leaving
 };
 
 class AgentConnection {
@@ -39,6 +57,10 @@ class AgentConnection {
   /// (generation, comm_key): the same bytes for every rank that asks. Throws
   /// StoreError when refused, unreachable or past timeout.
   std::string nccl_unique_id(int64_t generation, const std::string& comm_key, Duration timeout);
+
+  /// Sends one heartbeat; returns true when the launcher asks this worker to
+  /// dump its threads' stacks. Throws StoreError when refused or unreachable.
+  bool send_heartbeat(const WorkerHeartbeatData& heartbeat, Duration timeout);
 
   struct Impl;  // the gRPC stub and credentials (shared with the stores it made)
 

@@ -19,6 +19,7 @@
 
 #include "ddp/common/store.h"
 #include "ddp/runtime/collective.h"
+#include "ddp/runtime/health.h"
 
 namespace ddp {
 
@@ -38,8 +39,16 @@ struct InitOptions {
   bool allow_single_process = false;
 };
 
+class AgentConnection;
+class HeartbeatSender;
+
 class ProcessGroup {
  public:
+  ProcessGroup();
+  ~ProcessGroup();
+  ProcessGroup(const ProcessGroup&) = delete;
+  ProcessGroup& operator=(const ProcessGroup&) = delete;
+
   int rank = 0;
   int world_size = 1;
   int local_rank = 0;
@@ -53,11 +62,18 @@ class ProcessGroup {
   /// The same collective, for owners that share it (DistributedDataParallel).
   const std::shared_ptr<Collective>& shared_collective() const { return collective_; }
   const std::shared_ptr<Store>& store() const { return store_; }
+  /// Step, phase and step time, for the heartbeats (health.h). Cheap to update.
+  TrainingProgress& progress() { return progress_; }
+  /// No more heartbeats from this worker (a test aid: a "silent" rank).
+  void stop_heartbeats();
 
  private:
   friend std::unique_ptr<ProcessGroup> init(const InitOptions&);
   std::shared_ptr<Store> store_;
   std::shared_ptr<Collective> collective_;
+  TrainingProgress progress_;
+  std::unique_ptr<AgentConnection> agent_;
+  std::unique_ptr<HeartbeatSender> heartbeat_;  // last: stops before what it reads goes away
 };
 
 std::unique_ptr<ProcessGroup> init(const InitOptions& options = {});

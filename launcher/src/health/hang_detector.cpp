@@ -1,0 +1,537 @@
+#include "health/hang_detector.h"
+
+#include <algorithm>
+#include <utility>
+
+#include <fmt/format.h>
+
+namespace ddp {
+
+namespace {
+
+// How many sequence numbers the desync check remembers (first report of each).
+constexpr size_t kRememberedSequences = 1024;
+// How many ranks a summary describes in full before "and N more".
+constexpr size_t kDescribedRanks = 3;
+constexpr const char* kUnmonitoredNote = "no runtime heartbeats: supervised by process state only";
+
+double seconds(Duration d) { return std::chrono::duration<double>(d).count(); }
+
+std::string format_seconds(Duration d) {
+  const double s = seconds(d);
+  return s >= 100 ? fmt::format("{:.0f} s", s) : fmt::format("{:.1f} s", s);
+}
+
+std::string format_bytes(int64_t bytes) {
+  if (bytes < 1024) return fmt::format("{} B", bytes);
+  static const char* const kUnits[] = {"KiB", "MiB", "GiB", "TiB"};
+  double v = static_cast<double>(bytes) / 1024.0;
+  size_t u = 0;
+  while (v >= 1024.0 && u + 1 < std::size(kUnits)) {
+    v /= 1024.0;
+    ++u;
+  }
+  return fmt::format("{:.1f} {}", v, kUnits[u]);
+}
+
+std::string format_bytes_exact(int64_t bytes) {
+  if (bytes < 1024) return format_bytes(bytes);
+  return fmt::format("{} ({} B)", format_bytes(bytes), bytes);
+}
+
+/// "0,1,3" or "0-7,9": runs of three or more as ranges. `ranks` ascending.
+std::string format_ranks(const std::vector<int>& ranks) {
+  std::string out;
+  for (size_t i = 0; i < ranks.size();) {
+    size_t j = i;
+    while (j + 1 < ranks.size() && ranks[j + 1] == ranks[j] + 1) ++j;
+    if (!out.empty()) out += ',';
+    if (j - i >= 2) {
+      out += fmt::format("{}-{}", ranks[i], ranks[j]);
+    } else {
+      out += std::to_string(ranks[i]);
+      if (j > i) out += "," + std::to_string(ranks[j]);
+    }
+    i = j + 1;
+  }
+  return out;
+}
+
+std::string rank_word(const std::vector<int>& ranks) {
+  return (ranks.size() == 1 ? "rank " : "ranks ") + format_ranks(ranks);
+}
+
+bool is_open_state(const std::string& state) { return state == "enqueued" || state == "started"; }
+
+/// The collectives a rank has open (issued, not completed), ascending. When
+/// the flight-record tail shows none although last_enqueued is above
+/// last_completed, the next one is open with its details unknown.
+std::vector<CollectiveSeen> open_collectives(const RankReport& r) {
+  std::vector<CollectiveSeen> out;
+  for (const CollectiveSeen& c : r.recent) {
+    if (c.sequence > r.last_completed && is_open_state(c.state)) out.push_back(c);
+  }
+  if (out.empty() && r.last_enqueued > r.last_completed) {
+    CollectiveSeen c;
+    c.sequence = r.last_completed + 1;
+    c.state = r.last_started > r.last_completed ? "started" : "enqueued";
+    out.push_back(c);
+  }
+  std::sort(out.begin(), out.end(),
+            [](const CollectiveSeen& a, const CollectiveSeen& b) { return a.sequence < b.sequence; });
+  return out;
+}
+
+/// "all_reduce #57 (4.0 MiB float32)".
+std::string collective_label(uint64_t sequence, const CollectiveSeen* c) {
+  std::string out = fmt::format("{} #{}", c && !c->op.empty() ? c->op : "collective", sequence);
+  if (c) {
+    std::string what;
+    if (c->bytes > 0) what = format_bytes(c->bytes);
+    if (!c->dtype.empty()) what += (what.empty() ? "" : " ") + c->dtype;
+    if (!what.empty()) out += " (" + what + ")";
+  }
+  return out;
+}
+
+std::vector<int> difference(const std::vector<int>& all, const std::vector<int>& minus) {
+  std::vector<int> out;
+  for (int r : all) {
+    if (std::find(minus.begin(), minus.end(), r) == minus.end()) out.push_back(r);
+  }
+  return out;
+}
+
+}  // namespace
+
+const char* to_string(HangKind kind) {
+  switch (kind) {
+    case HangKind::kSilentRank: return "silent_rank";
+    case HangKind::kStuckCollective: return "stuck_collective";
+    case HangKind::kDesync: return "desync";
+  }
+  return "unknown";
+}
+
+HangDetector::HangDetector(HangConfig config, int world_size, const Clock& clock)
+    : config_(std::move(config)), clock_(clock) {
+  reset(world_size);
+}
+
+void HangDetector::reset(int world_size) {
+  ranks_.assign(static_cast<size_t>(std::max(world_size, 0)), RankState{});
+  last_progress_ = clock_.now();
+  first_seen_.clear();
+  desync_.reset();
+  verdict_.reset();
+  warnings_.clear();
+}
+
+void HangDetector::on_report(const RankReport& report, Duration age) {
+  if (report.rank < 0 || report.rank >= world_size()) return;
+  RankState& st = ranks_[static_cast<size_t>(report.rank)];
+  if (st.exited) return;
+  const SteadyTime received = clock_.now() - std::max(age, Duration::zero());
+  if (st.monitored && received < st.received_at) return;  // an older report arriving late
+
+  const bool first = !st.monitored;
+  const bool progressed =
+      first || report.step != st.report.step || report.last_completed != st.report.last_completed;
+  const bool new_step = report.step >= 0 && (first || report.step != st.report.step);
+  st.monitored = true;
+  st.report = report;
+  st.received_at = received;
+  if (progressed) last_progress_ = std::max(last_progress_, received);
+  record_collectives(report);
+  if (new_step) update_straggler(report.rank);
+}
+
+void HangDetector::on_rank_exited(int rank) {
+  if (rank < 0 || rank >= world_size()) return;
+  ranks_[static_cast<size_t>(rank)].exited = true;
+}
+
+void HangDetector::record_collectives(const RankReport& report) {
+  for (const CollectiveSeen& c : report.recent) {
+    if (c.sequence == 0) continue;
+    Signature sig{report.rank, c.op, c.bytes, c.dtype};
+    auto [it, inserted] = first_seen_.try_emplace(c.sequence, sig);
+    const Signature& ref = it->second;
+    if (inserted || ref.rank == report.rank) continue;
+    const bool op_differs = !ref.op.empty() && !sig.op.empty() && ref.op != sig.op;
+    const bool dtype_differs = !ref.dtype.empty() && !sig.dtype.empty() && ref.dtype != sig.dtype;
+    if (!op_differs && !dtype_differs && ref.bytes == sig.bytes) continue;
+    if (!desync_) {
+      desync_ = Desync{c.sequence, {ref, sig}};
+    } else if (desync_->sequence == c.sequence &&
+               std::none_of(desync_->seen.begin(), desync_->seen.end(),
+                            [&](const Signature& s) { return s.rank == report.rank; })) {
+      desync_->seen.push_back(sig);
+    }
+  }
+  while (first_seen_.size() > kRememberedSequences) first_seen_.erase(first_seen_.begin());
+}
+
+void HangDetector::update_straggler(int rank) {
+  RankState& st = ranks_[static_cast<size_t>(rank)];
+  const double mine = st.report.step_seconds;
+  if (mine <= 0) return;
+  std::vector<double> others;
+  for (size_t i = 0; i < ranks_.size(); ++i) {
+    const RankState& o = ranks_[i];
+    if (static_cast<int>(i) == rank || !o.monitored || o.exited || o.report.step_seconds <= 0) continue;
+    others.push_back(o.report.step_seconds);
+  }
+  if (others.empty()) return;
+  std::sort(others.begin(), others.end());
+  const size_t n = others.size();
+  const double median = n % 2 == 1 ? others[n / 2] : (others[n / 2 - 1] + others[n / 2]) / 2.0;
+  if (mine > config_.straggler_factor * median) {
+    ++st.slow_reports;
+  } else {
+    st.slow_reports = 0;
+  }
+  if (st.slow_reports >= std::max(config_.straggler_heartbeats, 1) && !st.straggler_warned) {
+    st.straggler_warned = true;
+    StragglerWarning w;
+    w.rank = rank;
+    w.step_seconds = mine;
+    w.median_seconds = median;
+    w.summary = fmt::format(
+        "{} is a straggler: its last step took {:.2f} s, the median of the others {:.2f} s "
+        "(above {:g}x for {} consecutive steps)",
+        describe(rank), mine, median, config_.straggler_factor, st.slow_reports);
+    warnings_.push_back(std::move(w));
+  }
+}
+
+std::vector<StragglerWarning> HangDetector::take_straggler_warnings() {
+  std::vector<StragglerWarning> out;
+  out.swap(warnings_);
+  return out;
+}
+
+bool HangDetector::any_monitored() const {
+  return std::any_of(ranks_.begin(), ranks_.end(), [](const RankState& s) { return s.monitored; });
+}
+
+std::optional<HangVerdict> HangDetector::check() {
+  if (verdict_) return std::nullopt;
+  std::optional<HangVerdict> v = evaluate(clock_.now());
+  if (v) verdict_ = v;
+  return v;
+}
+
+std::optional<HangVerdict> HangDetector::evaluate(SteadyTime now) const {
+  std::optional<HangVerdict> v = desync_verdict();
+  if (!v) v = silent_verdict(now);
+  if (!v) v = stuck_verdict(now);
+  if (v) v->details = details(*v, now);
+  return v;
+}
+
+HangDetector::OpenCollective HangDetector::find_open(const std::vector<int>& candidates,
+                                                     SteadyTime now) const {
+  OpenCollective out;
+  for (int r : candidates) {
+    const std::vector<CollectiveSeen> open = open_collectives(ranks_[static_cast<size_t>(r)].report);
+    if (!open.empty() && (out.sequence == 0 || open.front().sequence < out.sequence)) {
+      out.sequence = open.front().sequence;
+    }
+  }
+  if (out.sequence == 0) return out;
+  for (int r : candidates) {
+    const RankState& st = ranks_[static_cast<size_t>(r)];
+    for (const CollectiveSeen& c : open_collectives(st.report)) {
+      if (c.sequence != out.sequence) continue;
+      out.waiting.push_back(r);
+      out.waited = std::max(out.waited, c.age + (now - st.received_at));
+      if (!out.info || (out.info->op.empty() && !c.op.empty())) out.info = c;
+    }
+  }
+  return out;
+}
+
+std::optional<HangVerdict> HangDetector::desync_verdict() const {
+  if (!desync_) return std::nullopt;
+  const uint64_t k = desync_->sequence;
+  struct Group {
+    std::string op;
+    int64_t bytes = 0;
+    std::string dtype;
+    std::vector<int> ranks;
+  };
+  std::vector<Group> groups;
+  auto add = [&](int rank, const std::string& op, int64_t bytes, const std::string& dtype) {
+    for (const Group& g : groups) {
+      if (std::find(g.ranks.begin(), g.ranks.end(), rank) != g.ranks.end()) return;
+    }
+    for (Group& g : groups) {
+      if (g.op == op && g.bytes == bytes && g.dtype == dtype) {
+        g.ranks.push_back(rank);
+        return;
+      }
+    }
+    groups.push_back(Group{op, bytes, dtype, {rank}});
+  };
+  for (const Signature& s : desync_->seen) add(s.rank, s.op, s.bytes, s.dtype);
+  for (size_t i = 0; i < ranks_.size(); ++i) {
+    if (!ranks_[i].monitored) continue;
+    for (const CollectiveSeen& c : ranks_[i].report.recent) {
+      if (c.sequence == k) add(static_cast<int>(i), c.op, c.bytes, c.dtype);
+    }
+  }
+  for (Group& g : groups) std::sort(g.ranks.begin(), g.ranks.end());
+  std::sort(groups.begin(), groups.end(), [](const Group& a, const Group& b) {
+    if (a.ranks.size() != b.ranks.size()) return a.ranks.size() > b.ranks.size();
+    return a.ranks.front() < b.ranks.front();
+  });
+
+  HangVerdict v;
+  v.kind = HangKind::kDesync;
+  v.sequence = k;
+  v.op = groups.front().op;
+  const bool majority = groups.size() >= 2 && groups[0].ranks.size() > groups[1].ranks.size();
+  for (size_t g = majority ? 1 : 0; g < groups.size(); ++g) {
+    v.culprits.insert(v.culprits.end(), groups[g].ranks.begin(), groups[g].ranks.end());
+  }
+  std::sort(v.culprits.begin(), v.culprits.end());
+  for (size_t i = 0; i < ranks_.size(); ++i) {
+    if (!ranks_[i].monitored) continue;
+    for (const CollectiveSeen& c : open_collectives(ranks_[i].report)) {
+      if (c.sequence == k) v.waiting.push_back(static_cast<int>(i));
+    }
+  }
+  const bool bytes_differ = std::any_of(groups.begin(), groups.end(),
+                                        [&](const Group& g) { return g.bytes != groups.front().bytes; });
+  std::string issued;
+  for (const Group& g : groups) {
+    if (!issued.empty()) issued += ", ";
+    issued += fmt::format("{} {} {}", rank_word(g.ranks), g.op.empty() ? "?" : g.op,
+                          bytes_differ ? format_bytes_exact(g.bytes) : format_bytes(g.bytes));
+    if (!g.dtype.empty()) issued += " " + g.dtype;
+  }
+  v.summary = fmt::format("desync at collective #{}: {}", k, issued);
+  return v;
+}
+
+std::optional<HangVerdict> HangDetector::silent_verdict(SteadyTime now) const {
+  std::vector<int> silent;
+  std::vector<int> others;
+  Duration longest{};
+  for (size_t i = 0; i < ranks_.size(); ++i) {
+    const RankState& st = ranks_[i];
+    if (!st.monitored || st.exited) continue;
+    const Duration quiet = now - st.received_at;
+    if (quiet > config_.hang_timeout) {
+      silent.push_back(static_cast<int>(i));
+      longest = std::max(longest, quiet);
+    } else {
+      others.push_back(static_cast<int>(i));
+    }
+  }
+  if (silent.empty()) return std::nullopt;
+
+  HangVerdict v;
+  v.kind = HangKind::kSilentRank;
+  v.culprits = silent;
+  // What the others do: the smallest collective they wait in, if any.
+  const OpenCollective open = find_open(others, now);
+  std::string tail;
+  if (open.sequence != 0) {
+    v.sequence = open.sequence;
+    v.waiting = open.waiting;
+    if (open.info) v.op = open.info->op;
+    tail = fmt::format("; {} {} waited in {} for {}", rank_word(open.waiting),
+                       open.waiting.size() == 1 ? "has" : "have",
+                       collective_label(open.sequence, open.info ? &*open.info : nullptr),
+                       format_seconds(open.waited));
+  }
+  std::string who;
+  if (silent.size() == 1) {
+    who = describe(silent.front()) + " sent no heartbeat for " + format_seconds(longest);
+  } else {
+    who = fmt::format("{} sent no heartbeat for up to {}: ", rank_word(silent), format_seconds(longest));
+    for (size_t i = 0; i < silent.size() && i < kDescribedRanks; ++i) {
+      who += (i ? ", " : "") + describe(silent[i]);
+    }
+    if (silent.size() > kDescribedRanks) who += fmt::format(" and {} more", silent.size() - kDescribedRanks);
+  }
+  v.summary = fmt::format("{} (hang timeout {}){}", who, format_seconds(config_.hang_timeout), tail);
+  return v;
+}
+
+std::optional<HangVerdict> HangDetector::stuck_verdict(SteadyTime now) const {
+  std::vector<int> active;       // monitored, still running
+  std::vector<int> monitored;    // including exited
+  std::vector<int> unmonitored;
+  bool signals = false;          // does anyone report steps or collectives?
+  for (size_t i = 0; i < ranks_.size(); ++i) {
+    const RankState& st = ranks_[i];
+    if (!st.monitored) {
+      unmonitored.push_back(static_cast<int>(i));
+      continue;
+    }
+    monitored.push_back(static_cast<int>(i));
+    if (st.exited) continue;
+    active.push_back(static_cast<int>(i));
+    if (st.report.step >= 0 || st.report.last_enqueued > 0 || !st.report.recent.empty()) signals = true;
+  }
+  if (active.empty() || !signals) return std::nullopt;
+  const Duration idle = now - last_progress_;
+  if (idle <= config_.hang_timeout) return std::nullopt;
+
+  HangVerdict v;
+  v.kind = HangKind::kStuckCollective;
+  const OpenCollective open = find_open(active, now);
+  if (open.sequence == 0) {
+    std::string ranks;
+    for (size_t i = 0; i < active.size() && i < 8; ++i) {
+      const RankReport& r = ranks_[static_cast<size_t>(active[i])].report;
+      ranks += fmt::format("{}rank {} step {} phase {}", i ? ", " : "", r.rank, r.step, to_string(r.phase));
+    }
+    if (active.size() > 8) ranks += fmt::format(" and {} more", active.size() - 8);
+    v.summary = fmt::format("no progress for {} (hang timeout {}); no rank in a collective: {}",
+                            format_seconds(idle), format_seconds(config_.hang_timeout), ranks);
+    return v;
+  }
+
+  const uint64_t k = open.sequence;
+  v.sequence = k;
+  v.waiting = open.waiting;
+  if (open.info) v.op = open.info->op;
+  for (int r : monitored) {
+    const RankState& st = ranks_[static_cast<size_t>(r)];
+    if (st.report.last_enqueued < k &&
+        std::find(v.waiting.begin(), v.waiting.end(), r) == v.waiting.end()) {
+      v.culprits.push_back(r);
+    }
+  }
+  const std::string label = collective_label(k, open.info ? &*open.info : nullptr);
+  const std::string waited = format_seconds(open.waited);
+  if (!v.culprits.empty()) {
+    std::string who;
+    for (size_t i = 0; i < v.culprits.size() && i < kDescribedRanks; ++i) {
+      who += (i ? ", " : "") + describe(v.culprits[i]);
+    }
+    if (v.culprits.size() > kDescribedRanks) {
+      who += fmt::format(" and {} more ({})", v.culprits.size() - kDescribedRanks,
+                         format_ranks(std::vector<int>(v.culprits.begin() + kDescribedRanks, v.culprits.end())));
+    }
+    v.summary = fmt::format("{} never entered {} that {} {} waited in for {}", who, label,
+                            rank_word(v.waiting), v.waiting.size() == 1 ? "has" : "have", waited);
+  } else {
+    const std::vector<int> rest = difference(active, v.waiting);
+    if (rest.empty()) {
+      v.summary = fmt::format("all {}ranks ({}) have waited in {} for {} and none is missing from it: "
+                              "suspect the transport (network, NCCL/Gloo), not a rank",
+                              unmonitored.empty() ? "" : "monitored ", format_ranks(v.waiting), label, waited);
+    } else {
+      v.summary = fmt::format("{} {} waited in {} for {}; {} passed it; no rank is missing from it: "
+                              "suspect the transport (network, NCCL/Gloo)",
+                              rank_word(v.waiting), v.waiting.size() == 1 ? "has" : "have", label, waited,
+                              rank_word(rest));
+    }
+    if (!unmonitored.empty()) {
+      v.summary += fmt::format("; {} send no heartbeats (supervised by process state only)",
+                               rank_word(unmonitored));
+    }
+  }
+  return v;
+}
+
+std::string HangDetector::describe(int rank) const {
+  const RankState& st = ranks_[static_cast<size_t>(rank)];
+  if (!st.monitored) return fmt::format("rank {} (no heartbeats)", rank);
+  const RankReport& r = st.report;
+  std::vector<std::string> parts;
+  if (!r.host.empty()) parts.push_back("host " + r.host);
+  if (r.pid > 0) parts.push_back(fmt::format("pid {}", r.pid));
+  if (r.step >= 0) parts.push_back(fmt::format("step {}", r.step));
+  parts.push_back(std::string("phase ") + to_string(r.phase));
+  if (st.exited) parts.push_back("exited");
+  std::string out = fmt::format("rank {} (", rank);
+  for (size_t i = 0; i < parts.size(); ++i) out += (i ? ", " : "") + parts[i];
+  return out + ")";
+}
+
+nlohmann::json HangDetector::rank_json(int rank, SteadyTime now) const {
+  const RankState& st = ranks_[static_cast<size_t>(rank)];
+  nlohmann::json j;
+  j["rank"] = rank;
+  j["monitored"] = st.monitored;
+  if (!st.monitored) {
+    j["note"] = kUnmonitoredNote;
+    if (st.exited) j["exited"] = true;
+    return j;
+  }
+  const RankReport& r = st.report;
+  const Duration since = now - st.received_at;
+  j["node"] = r.node_rank;
+  j["local_rank"] = r.local_rank;
+  j["host"] = r.host;
+  j["pid"] = r.pid;
+  j["step"] = r.step;
+  j["phase"] = to_string(r.phase);
+  j["step_seconds"] = r.step_seconds;
+  j["heartbeat_age_s"] = seconds(since);
+  j["last_enqueued"] = r.last_enqueued;
+  j["last_started"] = r.last_started;
+  j["last_completed"] = r.last_completed;
+  j["exited"] = st.exited;
+  nlohmann::json open = nlohmann::json::array();
+  for (const CollectiveSeen& c : open_collectives(r)) {
+    open.push_back({{"sequence", c.sequence},
+                    {"op", c.op},
+                    {"bytes", c.bytes},
+                    {"dtype", c.dtype},
+                    {"state", c.state},
+                    {"age_s", seconds(c.age + since)}});
+  }
+  j["open_collectives"] = std::move(open);
+  return j;
+}
+
+nlohmann::json HangDetector::details(const HangVerdict& v, SteadyTime now) const {
+  nlohmann::json j;
+  j["kind"] = to_string(v.kind);
+  j["sequence"] = v.sequence;
+  j["op"] = v.op;
+  j["culprits"] = v.culprits;
+  j["waiting"] = v.waiting;
+  j["summary"] = v.summary;
+  j["hang_timeout_s"] = seconds(config_.hang_timeout);
+  j["seconds_since_progress"] = seconds(now - last_progress_);
+  nlohmann::json ranks = nlohmann::json::array();
+  for (int i = 0; i < world_size(); ++i) {
+    nlohmann::json r = rank_json(i, now);
+    if (ranks_[static_cast<size_t>(i)].monitored) {
+      const auto has = [i](const std::vector<int>& list) {
+        return std::find(list.begin(), list.end(), i) != list.end();
+      };
+      r["role"] = has(v.culprits) ? "culprit" : has(v.waiting) ? "waiting" : "other";
+    }
+    ranks.push_back(std::move(r));
+  }
+  j["ranks"] = std::move(ranks);
+  return j;
+}
+
+nlohmann::json HangDetector::snapshot() const {
+  const SteadyTime now = clock_.now();
+  nlohmann::json j;
+  int monitored = 0;
+  nlohmann::json ranks = nlohmann::json::array();
+  for (int i = 0; i < world_size(); ++i) {
+    if (ranks_[static_cast<size_t>(i)].monitored) ++monitored;
+    ranks.push_back(rank_json(i, now));
+  }
+  j["world_size"] = world_size();
+  j["monitored_ranks"] = monitored;
+  j["hang_timeout_s"] = seconds(config_.hang_timeout);
+  j["seconds_since_progress"] = monitored > 0 ? nlohmann::json(seconds(now - last_progress_)) : nlohmann::json();
+  j["ranks"] = std::move(ranks);
+  return j;
+}
+
+}  // namespace ddp

@@ -1,0 +1,172 @@
+#pragma once
+// HangDetector: the coordinator's hang, desync and straggler detection over
+// the workers' heartbeats (RankReport). Pure and clock-driven: no gRPC, no
+// threads, no sleeping; the caller feeds reports and asks check() every
+// ~100 ms, and unit tests drive it with FakeClock.
+//
+// What it tells apart (DESIGN.md "Heartbeats and hangs"):
+//  - silent rank: a monitored rank sent no heartbeat for hang_timeout;
+//  - stuck collective: no rank made progress (step or last completed
+//    collective) for hang_timeout while heartbeats are fresh; names the
+//    smallest open collective k, the ranks waiting in it and the ranks that
+//    never entered it (the culprits);
+//  - desync: two ranks issued different op, bytes or dtype as collective k
+//    (reported at the next check(), no timeout);
+//  - straggler (a warning only): a rank whose step time stays above
+//    straggler_factor x the median of the others.
+// Dead processes are not its business: the coordinator sees exit statuses.
+//
+// Ranks that never sent a heartbeat are unmonitored (plain scripts without
+// the runtime): never blamed, listed in reports as supervised by process
+// state only. Sequence numbers are assumed to be one sequence per rank
+// (one process group), as the ddp runtime numbers them.
+//
+// Ownership and threading: a HangDetector is NOT thread-safe. Its owner
+// (CoordinatorJob) calls every method under its own mutex. It keeps a
+// reference to `clock`, which must outlive it.
+
+#include <chrono>
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "ddp/common/clock.h"
+#include "health/rank_health.h"
+
+namespace ddp {
+
+struct HangConfig {
+  Duration hang_timeout = std::chrono::seconds(300);
+  Duration heartbeat_interval = std::chrono::seconds(1);
+  double straggler_factor = 3.0;  // step time above factor x the median of the others
+  int straggler_heartbeats = 5;   // ... in this many consecutive reports with new steps
+};
+
+enum class HangKind { kSilentRank, kStuckCollective, kDesync };
+/// "silent_rank", "stuck_collective", "desync".
+const char* to_string(HangKind kind);
+
+struct HangVerdict {
+  HangKind kind = HangKind::kStuckCollective;
+  std::vector<int> culprits;  // ranks to blame (never entered collective k / silent / desynced), ascending
+  std::vector<int> waiting;   // ranks waiting in collective k, ascending
+  uint64_t sequence = 0;      // the collective k (0: none)
+  std::string op;             // its op where known
+  /// ONE line for the console, e.g. "rank 2 (host h, pid 123, step 41, phase
+  /// backward) never entered all_reduce #57 (4.0 MiB float32) that ranks
+  /// 0,1,3 have waited in for 3.1 s".
+  std::string summary;
+  /// {"kind", "sequence", "op", "culprits", "waiting", "summary",
+  ///  "hang_timeout_s", "seconds_since_progress", "ranks": [per rank: rank,
+  ///  monitored, and for monitored ranks node, local_rank, host, pid, step,
+  ///  phase, step_seconds, heartbeat_age_s, last_enqueued, last_started,
+  ///  last_completed, open_collectives [{sequence, op, bytes, dtype, state,
+  ///  age_s}], exited, role ("culprit"/"waiting"/"other"); unmonitored ranks
+  ///  carry "note": "no runtime heartbeats: supervised by process state only"]}
+  nlohmann::json details;
+};
+
+struct StragglerWarning {
+  int rank = -1;
+  double step_seconds = 0;
+  double median_seconds = 0;
+  std::string summary;  // one line for the console
+};
+
+class HangDetector {
+ public:
+  /// `clock` is kept by reference and must outlive the detector.
+  HangDetector(HangConfig config, int world_size, const Clock& clock);
+
+  /// A heartbeat of one rank, received `age` ago (the agent held it that
+  /// long). Reports for ranks outside [0, world_size), from exited ranks, or
+  /// older than the rank's last report are ignored.
+  void on_report(const RankReport& report, Duration age = Duration::zero());
+
+  /// The rank's process ended (whatever its status): stop expecting
+  /// heartbeats from it. It is never called silent afterwards; it can still
+  /// be named as a rank that never entered a collective the others wait in.
+  void on_rank_exited(int rank);
+
+  /// A new generation: forget every rank, verdicts and warnings.
+  void reset(int world_size);
+
+  /// Evaluates at clock.now(). Returns a verdict once something is wrong
+  /// (priority: desync, silent rank, stuck collective); it is returned once
+  /// per generation, later calls return nullopt until reset() (see
+  /// last_verdict()). Call every ~100 ms: a silent rank is then reported
+  /// within hang_timeout + 2 heartbeat intervals of its last heartbeat.
+  std::optional<HangVerdict> check();
+
+  /// The verdict check() returned in this generation, if any.
+  const std::optional<HangVerdict>& last_verdict() const { return verdict_; }
+
+  /// Straggler warnings found since the last call (each rank warned at most
+  /// once per generation).
+  std::vector<StragglerWarning> take_straggler_warnings();
+
+  /// The health view for `ddplaunch status`: {"world_size",
+  /// "monitored_ranks", "seconds_since_progress", "hang_timeout_s", "ranks":
+  /// [per rank, by rank, as in HangVerdict::details]}. "monitored" is false
+  /// for ranks that never sent a heartbeat.
+  nlohmann::json snapshot() const;
+
+  /// Whether any rank has sent a heartbeat in this generation.
+  bool any_monitored() const;
+
+  int world_size() const { return static_cast<int>(ranks_.size()); }
+  const HangConfig& config() const { return config_; }
+
+ private:
+  struct RankState {
+    bool monitored = false;
+    bool exited = false;
+    RankReport report;
+    SteadyTime received_at{};  // when the report was made (arrival - age)
+    int slow_reports = 0;      // consecutive new-step reports above the straggler bound
+    bool straggler_warned = false;
+  };
+  struct Signature {  // what one rank issued as one collective
+    int rank = -1;
+    std::string op;
+    int64_t bytes = 0;
+    std::string dtype;
+  };
+  struct Desync {
+    uint64_t sequence = 0;
+    std::vector<Signature> seen;  // the conflicting reports as first noticed
+  };
+
+  struct OpenCollective {  // the smallest collective open on some rank
+    uint64_t sequence = 0;   // 0: none
+    std::optional<CollectiveSeen> info;  // from a rank that knows its op
+    std::vector<int> waiting;            // ranks with it open, ascending
+    Duration waited{};                   // the longest wait in it so far
+  };
+
+  OpenCollective find_open(const std::vector<int>& candidates, SteadyTime now) const;
+  std::optional<HangVerdict> evaluate(SteadyTime now) const;
+  std::optional<HangVerdict> desync_verdict() const;
+  std::optional<HangVerdict> silent_verdict(SteadyTime now) const;
+  std::optional<HangVerdict> stuck_verdict(SteadyTime now) const;
+  void record_collectives(const RankReport& report);
+  void update_straggler(int rank);
+  std::string describe(int rank) const;
+  nlohmann::json rank_json(int rank, SteadyTime now) const;
+  nlohmann::json details(const HangVerdict& verdict, SteadyTime now) const;
+
+  HangConfig config_;
+  const Clock& clock_;
+  std::vector<RankState> ranks_;
+  SteadyTime last_progress_{};
+  std::map<uint64_t, Signature> first_seen_;  // sequence -> first report, bounded
+  std::optional<Desync> desync_;
+  std::optional<HangVerdict> verdict_;
+  std::vector<StragglerWarning> warnings_;
+};
+
+}  // namespace ddp

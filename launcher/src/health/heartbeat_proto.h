@@ -1,0 +1,67 @@
+#pragma once
+// Conversions between the protocol's WorkerHeartbeat and the plain
+// RankReport the health logic works on. Used by the thin adapters only: the
+// local agent service (worker -> agent), the coordinator client (agent ->
+// coordinator) and the coordinator service.
+
+#include <string>
+
+#include "ddplaunch/v1/coordinator.pb.h"
+#include "health/rank_health.h"
+
+namespace ddp {
+
+inline WorkerPhase phase_from_string(const std::string& name) {
+  for (WorkerPhase p : {WorkerPhase::kData, WorkerPhase::kForward, WorkerPhase::kBackward, WorkerPhase::kOptimizer,
+                        WorkerPhase::kCheckpoint, WorkerPhase::kOther}) {
+    if (name == to_string(p)) return p;
+  }
+  return WorkerPhase::kUnknown;
+}
+
+/// node_rank and host are the agent's (the worker does not send them).
+inline RankReport from_proto(const ::ddplaunch::v1::WorkerHeartbeat& hb, int node_rank, const std::string& host) {
+  RankReport r;
+  r.rank = hb.rank();
+  r.node_rank = node_rank;
+  r.local_rank = hb.local_rank();
+  r.host = host;
+  r.pid = hb.pid();
+  r.step = hb.step();
+  r.phase = phase_from_string(hb.phase());
+  r.step_seconds = hb.step_seconds();
+  r.last_enqueued = hb.last_enqueued();
+  r.last_started = hb.last_started();
+  r.last_completed = hb.last_completed();
+  r.exiting = hb.exiting();
+  for (const auto& c : hb.recent()) {
+    r.recent.push_back(CollectiveSeen{c.sequence(), c.op(), c.bytes(), c.dtype(), c.state(),
+                                      std::chrono::milliseconds(c.age_ms())});
+  }
+  return r;
+}
+
+inline void to_proto(const RankReport& r, Duration held, ::ddplaunch::v1::WorkerHeartbeat& hb) {
+  hb.set_rank(r.rank);
+  hb.set_local_rank(r.local_rank);
+  hb.set_pid(r.pid);
+  hb.set_step(r.step);
+  hb.set_phase(to_string(r.phase));
+  hb.set_step_seconds(r.step_seconds);
+  hb.set_last_enqueued(r.last_enqueued);
+  hb.set_last_started(r.last_started);
+  hb.set_last_completed(r.last_completed);
+  hb.set_exiting(r.exiting);
+  for (const CollectiveSeen& c : r.recent) {
+    auto* out = hb.add_recent();
+    out->set_sequence(c.sequence);
+    out->set_op(c.op);
+    out->set_bytes(c.bytes);
+    out->set_dtype(c.dtype);
+    out->set_state(c.state);
+    out->set_age_ms(std::chrono::duration_cast<std::chrono::milliseconds>(c.age).count());
+  }
+  hb.set_held_ms(std::chrono::duration_cast<std::chrono::milliseconds>(held).count());
+}
+
+}  // namespace ddp

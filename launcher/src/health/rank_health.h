@@ -1,0 +1,44 @@
+#pragma once
+// What one worker's heartbeat says about it, as the coordinator's health view
+// keeps it: rank and where it runs, training progress (step, phase, last step
+// time) and the tail of its collective flight record. Plain data, no gRPC:
+// the service adapter converts the protocol messages into these.
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "ddp/common/clock.h"
+
+namespace ddp {
+
+enum class WorkerPhase { kUnknown = 0, kData, kForward, kBackward, kOptimizer, kCheckpoint, kOther };
+const char* to_string(WorkerPhase phase);
+
+/// A collective in a rank's recent flight record.
+struct CollectiveSeen {
+  uint64_t sequence = 0;
+  std::string op;      // "all_reduce", "broadcast", ...
+  int64_t bytes = 0;
+  std::string dtype;   // "float32", ...
+  std::string state;   // "enqueued", "started", "completed", "failed"
+  Duration age{};      // since it was enqueued, as of the heartbeat
+};
+
+struct RankReport {
+  int rank = -1;
+  int node_rank = -1;
+  int local_rank = -1;
+  std::string host;
+  int pid = 0;
+  int64_t step = -1;               // -1: the program does not report steps
+  WorkerPhase phase = WorkerPhase::kUnknown;
+  double step_seconds = 0;         // the last finished step's duration, 0: unknown
+  uint64_t last_enqueued = 0;      // flight-record sequence numbers
+  uint64_t last_started = 0;
+  uint64_t last_completed = 0;
+  std::vector<CollectiveSeen> recent;  // the last few collectives, oldest first
+  bool exiting = false;            // its last heartbeat: the worker is leaving
+};
+
+}  // namespace ddp

@@ -1,0 +1,399 @@
+#!/usr/bin/python3
+"""Benchmark one training step of ddptrain against PyTorch DDP (issue 5).
+
+Both sides train the same MLP (default --mlp-sizes 1024,2048,2048,1024,10, about
+8.4 M parameters; the count is printed) on the same data file, with the same
+per-rank batch, SGD, OMP_NUM_THREADS=1 and the same number of ranks, under the
+same ddplaunch, on the CPU with Gloo:
+
+  * ddptrain: `ddptrain --data-file F --log-every 1` (the runtime's DDP: bucketed
+    all-reduce overlapped with backward); its per-step progress lines give rank 0's
+    step times, its summary line the share of communication hidden behind backward;
+  * torch:    tests/integration/workers/torch_ddp_mlp.py --bench (Debian's
+    python3-torch, init_process_group("gloo"), nn.parallel.DistributedDataParallel),
+    which prints rank 0's step times as JSON.
+
+A step is the same work on both sides: gather the rank's slice of the batch,
+zero_grad, forward, cross-entropy, backward (with the gradient all-reduce),
+optimizer step; after it both sides average the loss over the ranks, outside the
+timed region.  The first --warmup steps of every run are not counted; a run's
+figure is the median of its remaining steps; the two sides run alternately
+(--repeat times each, the order flipped every round) and each side's figure is
+the median over its runs.
+
+ratio = ddptrain step time / torch step time (below 1: ddptrain faster).
+Targets (issue 5): ratio <= 0.85, and most communication hidden (> 50 %).
+
+Exit status: 0 when every run worked, whether or not the targets were met; 1 when
+a run failed, hung (every run has a timeout, after which its launcher and workers
+are killed) or printed no result; 2 on bad usage.
+
+Usage: /usr/bin/python3 tests/bench/train_bench.py [--ranks N] [--mlp-sizes ...]
+           [--batch-size B] [--steps S] [--warmup W] [--repeat R] [--json]
+"""
+import argparse
+import json
+import os
+import re
+import secrets
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO_ROOT = os.path.dirname(os.path.dirname(HERE))
+REFERENCE = os.path.join(REPO_ROOT, "tests", "integration", "workers", "torch_ddp_mlp.py")
+
+TARGET_RATIO = 0.85
+TARGET_HIDDEN = 0.50
+TOKEN_VAR = "DDP_TRAIN_BENCH_TOKEN"
+SIDES = ("ddptrain", "torch")
+
+RANK0_RE = re.compile(r"^\[\d+:0\] (.*)$")
+STEP_RE = re.compile(r"^step\s+(\d+)/(\d+)\s+loss\s+(\S+).*?step\s+([0-9.]+) ms\s+comm hidden\s+(\d+)%")
+DONE_RE = re.compile(r"^ddptrain: done: .*step ([0-9.]+) ms, comm hidden (\d+)%")
+PARAMS_RE = re.compile(r"^ddptrain: mlp, (\d+) parameters")
+
+
+class BenchError(Exception):
+    """A run itself failed (as opposed to a target being missed)."""
+
+
+def parameter_count(sizes):
+    return sum(a * b + b for a, b in zip(sizes, sizes[1:]))
+
+
+# ------------------------------------------------------ process bookkeeping
+
+def _marked_pids(token):
+    """Live processes whose environment carries the run's token, from /proc."""
+    tok = f"{TOKEN_VAR}={token}".encode()
+    me = os.getpid()
+    pids = []
+    for name in os.listdir("/proc"):
+        if not name.isdigit() or int(name) == me:
+            continue
+        try:
+            with open(f"/proc/{name}/environ", "rb") as f:
+                if tok not in f.read():
+                    continue
+            with open(f"/proc/{name}/stat") as f:
+                state = f.read().rsplit(")", 1)[1].split()[0]
+        except OSError:
+            continue
+        if state not in ("Z", "X"):
+            pids.append(int(name))
+    return pids
+
+
+def _kill_marked(token, rounds=20):
+    for _ in range(rounds):
+        pids = _marked_pids(token)
+        if not pids:
+            return
+        for pid in pids:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except OSError:
+                pass
+        time.sleep(0.05)
+
+
+class Run:
+    """One command in its own session, with a timeout; on exit from the `with`
+    block its process group and every process carrying the run's token
+    (ddplaunch gives each worker its own process group) are SIGKILLed and the
+    command is reaped."""
+
+    def __init__(self, cmd, env, tmp, name):
+        self.cmd = [str(c) for c in cmd]
+        self.token = secrets.token_hex(8)
+        self.env = dict(env, **{TOKEN_VAR: self.token})
+        self.out_path = os.path.join(tmp, f"{name}.stdout")
+        self.err_path = os.path.join(tmp, f"{name}.stderr")
+        self.proc = None
+
+    def __enter__(self):
+        with open(self.out_path, "wb") as out, open(self.err_path, "wb") as err:
+            self.proc = subprocess.Popen(self.cmd, stdin=subprocess.DEVNULL, stdout=out,
+                                         stderr=err, env=self.env, start_new_session=True)
+        return self
+
+    def __exit__(self, *exc):
+        if self.proc is None:
+            return
+        if self.proc.poll() is None:
+            try:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+            except OSError:
+                pass
+        try:
+            self.proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            pass
+        _kill_marked(self.token)
+
+    def wait(self, timeout):
+        """Exit code; BenchError when it is still running after timeout s."""
+        try:
+            return self.proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            raise BenchError(f"{' '.join(self.cmd)}: still running after {timeout} s, killed"
+                             + self.tail()) from None
+
+    def stdout(self):
+        with open(self.out_path, errors="replace") as f:
+            return f.read()
+
+    def tail(self, lines=15):
+        parts = []
+        for label, path in (("stdout", self.out_path), ("stderr", self.err_path)):
+            with open(path, errors="replace") as f:
+                t = f.read().splitlines()[-lines:]
+            if t:
+                parts.append(f"\n  {label} (tail):\n    " + "\n    ".join(t))
+        return "".join(parts)
+
+
+def run_checked(cmd, env, tmp, name, timeout):
+    """Runs cmd to completion; its stdout, or BenchError."""
+    with Run(cmd, env, tmp, name) as run:
+        rc = run.wait(timeout)
+        if rc != 0:
+            raise BenchError(f"{name}: {' '.join(run.cmd)}: exit code {rc}" + run.tail())
+        return run.stdout(), run.tail()
+
+
+# ------------------------------------------------------------ measurement
+
+def rank0_lines(text):
+    """Rank 0's lines of a ddplaunch run, its "[node:0] " prefix stripped."""
+    return [m.group(1) for m in map(RANK0_RE.match, text.splitlines()) if m]
+
+
+def training_args(args, data_file):
+    return ["--mlp-sizes", ",".join(map(str, args.mlp_sizes)), "--data-file", data_file,
+            "--batch-size", str(args.batch_size), "--steps", str(args.steps), "--lr", str(args.lr)]
+
+
+def launcher(args, log_dir):
+    return [args.ddplaunch, f"--nproc-per-node={args.ranks}", "--log-level", "warn",
+            f"--log-dir={log_dir}"]
+
+
+def run_ddptrain(args, env, tmp, data_file, index):
+    name = f"ddptrain_{index}"
+    cmd = (launcher(args, os.path.join(tmp, "logs")) + [args.ddptrain]
+           + training_args(args, data_file) + ["--log-every", "1"] + args.ddptrain_args)
+    text, tail = run_checked(cmd, env, tmp, name, args.timeout)
+    steps, done, params = {}, None, None
+    for line in rank0_lines(text):
+        if (m := STEP_RE.match(line)):
+            steps[int(m.group(1))] = float(m.group(4)) / 1e3
+        elif (m := DONE_RE.match(line)):
+            done = (float(m.group(1)) / 1e3, int(m.group(2)) / 100.0)
+        elif (m := PARAMS_RE.match(line)):
+            params = int(m.group(1))
+    timed = [t for s, t in sorted(steps.items()) if s > args.warmup]
+    if done is None or len(timed) != args.steps - args.warmup:
+        raise BenchError(f"{name}: expected {args.steps} step lines and a summary line "
+                         f"(got {len(steps)} steps, summary {'yes' if done else 'no'})" + tail)
+    if params != parameter_count(args.mlp_sizes):
+        raise BenchError(f"{name}: ddptrain says {params} parameters, expected "
+                         f"{parameter_count(args.mlp_sizes)}" + tail)
+    return {"step_s": statistics.median(timed), "summary_step_s": done[0], "hidden": done[1]}
+
+
+def run_torch(args, env, tmp, data_file, index):
+    name = f"torch_{index}"
+    cmd = (launcher(args, os.path.join(tmp, "logs")) + [args.python, REFERENCE, "--bench"]
+           + training_args(args, data_file) + ["--warmup", str(args.warmup)])
+    text, tail = run_checked(cmd, env, tmp, name, args.timeout)
+    rows = []
+    for line in rank0_lines(text):
+        if line.startswith("{"):
+            try:
+                row = json.loads(line)
+            except ValueError:
+                continue
+            if isinstance(row, dict) and row.get("bench") == "train":
+                rows.append(row)
+    if len(rows) != 1:
+        raise BenchError(f"{name}: expected one JSON result line from rank 0, got {len(rows)}" + tail)
+    row = rows[0]
+    if row.get("ranks") != args.ranks or row.get("params") != parameter_count(args.mlp_sizes):
+        raise BenchError(f"{name}: result for ranks={row.get('ranks')} params={row.get('params')}, expected "
+                         f"{args.ranks} and {parameter_count(args.mlp_sizes)}" + tail)
+    if row.get("threads") != 1:
+        raise BenchError(f"{name}: torch ran with {row.get('threads')} threads, expected 1" + tail)
+    return {"step_s": float(row["median_step_s"])}
+
+
+def write_data(args, env, tmp):
+    path = os.path.join(tmp, "data.pt")
+    cmd = [args.python, REFERENCE, "--mlp-sizes", ",".join(map(str, args.mlp_sizes)),
+           "--samples", str(args.samples), "--write-data", path]
+    run_checked(cmd, env, tmp, "write_data", args.timeout)
+    return path
+
+
+def measure(args, env, log):
+    """Alternating runs; {side: [result, ...]}."""
+    samples = {side: [] for side in SIDES}
+    runners = {"ddptrain": run_ddptrain, "torch": run_torch}
+    with tempfile.TemporaryDirectory(prefix="train-bench-") as tmp:
+        data_file = write_data(args, env, tmp)
+        for r in range(args.repeat):
+            order = SIDES if r % 2 == 0 else tuple(reversed(SIDES))
+            for side in order:
+                t0 = time.monotonic()
+                result = runners[side](args, env, tmp, data_file, r)
+                samples[side].append(result)
+                extra = f", comm hidden {result['hidden'] * 100:.0f}%" if "hidden" in result else ""
+                log(f"  round {r + 1}/{args.repeat} {side:8s} ({time.monotonic() - t0:.1f} s): "
+                    f"step {result['step_s'] * 1e3:.2f} ms{extra}")
+    return samples
+
+
+def summarize(samples, args):
+    ours = statistics.median(r["step_s"] for r in samples["ddptrain"])
+    theirs = statistics.median(r["step_s"] for r in samples["torch"])
+    hidden = statistics.median(r["hidden"] for r in samples["ddptrain"])
+    ratio = ours / theirs if theirs > 0 else float("inf")
+    global_batch = args.ranks * args.batch_size
+    return {
+        "ddptrain_step_s": ours, "torch_step_s": theirs, "ratio": ratio, "hidden": hidden,
+        "ddptrain_samples_per_s": global_batch / ours if ours > 0 else 0.0,
+        "torch_samples_per_s": global_batch / theirs if theirs > 0 else 0.0,
+        "ratio_met": ratio <= TARGET_RATIO, "hidden_met": hidden > TARGET_HIDDEN,
+        "ddptrain_runs_s": [r["step_s"] for r in samples["ddptrain"]],
+        "torch_runs_s": [r["step_s"] for r in samples["torch"]],
+        "ddptrain_hidden_runs": [r["hidden"] for r in samples["ddptrain"]],
+    }
+
+
+def format_table(s):
+    def runs(values):
+        return " ".join(f"{v * 1e3:.1f}" for v in values)
+    header = ["impl", "step ms (median)", "samples/s", "runs (ms)", "comm hidden", "target", "met?"]
+    lines = [header,
+             ["ddptrain", f"{s['ddptrain_step_s'] * 1e3:.2f}", f"{s['ddptrain_samples_per_s']:.0f}",
+              runs(s["ddptrain_runs_s"]), f"{s['hidden'] * 100:.0f}%",
+              f"hidden > {TARGET_HIDDEN * 100:.0f}%", "yes" if s["hidden_met"] else "NO"],
+             ["torch DDP", f"{s['torch_step_s'] * 1e3:.2f}", f"{s['torch_samples_per_s']:.0f}",
+              runs(s["torch_runs_s"]), "-", "-", "-"],
+             ["ratio", f"{s['ratio']:.2f}x", "", "", "", f"<= {TARGET_RATIO:.2f}x",
+              "yes" if s["ratio_met"] else "NO"]]
+    widths = [max(len(l[i]) for l in lines) for i in range(len(header))]
+    out = [" | ".join(c.ljust(w) if i == 0 else c.rjust(w)
+                      for i, (c, w) in enumerate(zip(l, widths))) for l in lines]
+    out.insert(1, "-+-".join("-" * w for w in widths))
+    return "\n".join(out)
+
+
+# -------------------------------------------------------------------- main
+
+def parse_sizes(text):
+    try:
+        sizes = [int(s) for s in text.split(",")]
+    except ValueError:
+        sizes = []
+    if len(sizes) < 2 or any(s <= 0 for s in sizes):
+        raise argparse.ArgumentTypeError(f"bad --mlp-sizes {text!r} (e.g. 1024,2048,2048,1024,10)")
+    return sizes
+
+
+def parse_args(argv):
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--ranks", type=int, default=2, help="processes (default 2)")
+    p.add_argument("--mlp-sizes", type=parse_sizes, default=parse_sizes("1024,2048,2048,1024,10"),
+                   help="MLP layer sizes (default 1024,2048,2048,1024,10: about 8.4 M parameters)")
+    p.add_argument("--batch-size", type=int, default=64, help="samples per rank and step (default 64)")
+    p.add_argument("--steps", type=int, default=20, help="steps per run, warm-up included (default 20)")
+    p.add_argument("--warmup", type=int, default=5, help="steps not counted (default 5)")
+    p.add_argument("--repeat", type=int, default=3, help="runs of each side (median taken; default 3)")
+    p.add_argument("--samples", type=int, default=1024, help="samples in the data file (default 1024)")
+    p.add_argument("--lr", type=float, default=0.01, help="SGD learning rate (default 0.01)")
+    p.add_argument("--timeout", type=float, default=300.0,
+                   help="seconds one run may take before it is killed and counts as failed (default 300)")
+    p.add_argument("--ddptrain-args", default="",
+                   help="extra ddptrain options, space-separated (e.g. --ddptrain-args='--bucket-cap-mb 4')")
+    p.add_argument("--json", action="store_true", help="also print one JSON document of all figures")
+    p.add_argument("--ddplaunch", default=os.environ.get("DDPLAUNCH_BIN") or
+                   os.path.join(REPO_ROOT, "build", "launcher", "ddplaunch"),
+                   help="ddplaunch binary (default: $DDPLAUNCH_BIN or build/launcher/ddplaunch)")
+    p.add_argument("--ddptrain", default=os.environ.get("DDPTRAIN_BIN") or
+                   os.path.join(REPO_ROOT, "build", "worker", "ddptrain", "ddptrain"),
+                   help="ddptrain binary (default: $DDPTRAIN_BIN or build/worker/ddptrain/ddptrain)")
+    p.add_argument("--python", default=os.environ.get("PYTHON_EXEC") or "/usr/bin/python3",
+                   help="Python with torch for the reference (default: $PYTHON_EXEC or /usr/bin/python3)")
+    args = p.parse_args(argv)
+    if min(args.ranks, args.batch_size, args.repeat, args.samples) < 1 or args.warmup < 0 \
+            or args.timeout <= 0 or not args.lr > 0:
+        p.error("--ranks, --batch-size, --repeat, --samples, --lr and --timeout must be positive, "
+                "--warmup >= 0")
+    if args.steps <= args.warmup:
+        p.error("--steps must be larger than --warmup")
+    args.ddptrain_args = args.ddptrain_args.split()
+    return args
+
+
+def exit_on_signal(signum, _frame):
+    # SystemExit unwinds through Run.__exit__, so an interrupted benchmark leaves
+    # no launcher or worker behind.
+    sys.exit(128 + signum)
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, exit_on_signal)
+    log = lambda msg: print(msg, file=sys.stderr, flush=True)  # progress, off stdout
+    for what, path in (("ddplaunch", args.ddplaunch), ("ddptrain", args.ddptrain)):
+        if not os.access(path, os.X_OK):
+            log(f"train_bench: error: no {what} binary at {path}")
+            return 1
+
+    env = dict(os.environ)
+    for k in ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT",
+              "TORCHELASTIC_RESTART_COUNT"):
+        env.pop(k, None)  # an outer launcher must not leak into the runs
+    env["OMP_NUM_THREADS"] = "1"
+    env.setdefault("GLOO_SOCKET_IFNAME", "lo")
+    env["PYTHON_EXEC"] = args.python
+    env["PYTHONDONTWRITEBYTECODE"] = "1"
+
+    params = parameter_count(args.mlp_sizes)
+    sizes = ",".join(map(str, args.mlp_sizes))
+    log(f"train_bench: MLP {sizes} ({params:,} parameters), {args.ranks} ranks x batch {args.batch_size}, "
+        f"gloo on cpu, OMP_NUM_THREADS=1, {args.steps} steps per run ({args.warmup} warm-up), "
+        f"{args.repeat} alternating runs of each side")
+    try:
+        samples = measure(args, env, log)
+    except BenchError as e:
+        log(f"train_bench: run failed: {e}")
+        return 1
+    s = summarize(samples, args)
+    print(f"training step, MLP {sizes} ({params:,} parameters, {params * 4 / 2**20:.1f} MiB of fp32 "
+          f"gradients), SGD, {args.ranks} ranks x batch {args.batch_size}, gloo on cpu, OMP_NUM_THREADS=1; "
+          f"median of {args.repeat} runs x {args.steps - args.warmup} steps; "
+          f"ratio = ddptrain step time / torch step time (< 1: ddptrain faster)")
+    met = s["ratio_met"] and s["hidden_met"]
+    print(f"targets: {int(s['ratio_met']) + int(s['hidden_met'])}/2 met"
+          + ("" if met else " (target missed; exit 0: the runs themselves worked)"))
+    print(format_table(s))
+    if args.json:
+        print(json.dumps({"bench": "train_compare", "backend": "gloo", "device": "cpu", "ranks": args.ranks,
+                          "mlp_sizes": args.mlp_sizes, "parameters": params, "batch_size": args.batch_size,
+                          "steps": args.steps, "warmup": args.warmup, "repeat": args.repeat,
+                          "omp_num_threads": 1, "ddptrain_args": args.ddptrain_args,
+                          "target": {"ratio": TARGET_RATIO, "hidden": TARGET_HIDDEN}, **s}))
+    sys.stdout.flush()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

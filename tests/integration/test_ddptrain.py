@@ -1,0 +1,362 @@
+"""ddptrain, the reference trainer, under ddplaunch (issue 5): equal results on 1, 2
+and 4 ranks, gradient accumulation, kill-and-resume from checkpoints, damaged
+checkpoints, --init/--save-final with Python's torch.save/torch.load, agreement with
+PyTorch's own DistributedDataParallel (Gloo), and bad input.
+
+Every rank runs on the CPU with Gloo and OMP_NUM_THREADS=1. Parameter files are read
+by a helper run with $PYTHON_EXEC (torch 1.13 from Debian's python3-torch); tests
+that need torch are skipped when it cannot be imported.
+
+Tolerances compare per tensor max|a - b| / max|b|: 1e-5 in fp32, 1e-10 in fp64;
+resumed runs must be bitwise equal (torch.equal) to uninterrupted ones.
+"""
+
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import tempfile
+import time
+import unittest
+from pathlib import Path
+
+from launcher_harness import (PYTHON, REPO, LauncherTestCase, Result, find_marked, kill_marked,
+                              torch_available, wait_until, worker)
+
+DDPTRAIN = Path(os.environ.get("DDPTRAIN_BIN") or (REPO / "build" / "worker" / "ddptrain" / "ddptrain")).absolute()
+REFERENCE = worker("torch_ddp_mlp.py")
+TORCH_OK = torch_available()
+
+MLP_NAMES = ["fc0.weight", "fc0.bias", "fc1.weight", "fc1.bias", "fc2.weight", "fc2.bias"]
+MLP_SHAPES = {"fc0.weight": [64, 32], "fc0.bias": [64], "fc1.weight": [64, 64], "fc1.bias": [64],
+              "fc2.weight": [10, 64], "fc2.bias": [10]}  # the default --mlp-sizes 32,64,64,10
+
+RESUMED_RE = re.compile(r"resuming from (\S+) \(step (\d+)\)")
+CKPT_RE = re.compile(r"^ckpt_(\d+)\.ddpckpt$")
+
+# Reads pairs of state_dict files and describes how they differ (JSON on stdout).
+_COMPARE = r"""
+import json, sys, torch
+rows = []
+for a, b in json.loads(sys.argv[1]):
+    da, db = torch.load(a), torch.load(b)
+    row = {"a": a, "b": b, "names_a": list(da), "names_b": list(db), "equal": True,
+           "max_rel": 0.0, "tensors": {}}
+    for k, ta in da.items():
+        tb = db.get(k)
+        t = {"shape": list(ta.shape), "dtype": str(ta.dtype).replace("torch.", "")}
+        if tb is None or ta.shape != tb.shape:
+            t.update(equal=False, rel=float("inf"))
+        else:
+            diff = (ta.double() - tb.double()).abs().max().item() if ta.numel() else 0.0
+            scale = tb.double().abs().max().item() if tb.numel() else 0.0
+            t.update(equal=bool(torch.equal(ta, tb)) and ta.dtype == tb.dtype,
+                     rel=diff / scale if scale > 0 else diff)
+        row["tensors"][k] = t
+        row["equal"] = row["equal"] and t["equal"]
+        row["max_rel"] = max(row["max_rel"], t["rel"])
+    row["equal"] = row["equal"] and list(da) == list(db)
+    rows.append(row)
+print(json.dumps(rows))
+"""
+
+
+def checkpoint_steps(directory):
+    try:
+        names = os.listdir(directory)
+    except OSError:
+        return []
+    return sorted(int(m.group(1)) for m in map(CKPT_RE.match, names) if m)
+
+
+def proc_environ(pid):
+    try:
+        with open(f"/proc/{pid}/environ", "rb") as f:
+            raw = f.read()
+    except OSError:
+        return {}
+    env = {}
+    for item in raw.split(b"\0"):
+        key, sep, value = item.partition(b"=")
+        if sep:
+            env[key.decode("utf-8", "replace")] = value.decode("utf-8", "replace")
+    return env
+
+
+class DdptrainCase(LauncherTestCase):
+    """ddplaunch + ddptrain runs with bounded timeouts; everything reaped by the harness."""
+
+    @classmethod
+    def setUpClass(cls):
+        super().setUpClass()
+        if not DDPTRAIN.is_file() or not os.access(DDPTRAIN, os.X_OK):
+            raise unittest.SkipTest(f"ddptrain binary not found at {DDPTRAIN} (set DDPTRAIN_BIN)")
+
+    def train_env(self):
+        # Gloo on loopback whatever the host name resolves to; one thread per rank
+        # so that 4 ranks on a small machine do not oversubscribe it.
+        return {"GLOO_SOCKET_IFNAME": os.environ.get("GLOO_SOCKET_IFNAME", "lo"),
+                "OMP_NUM_THREADS": "1"}
+
+    def launch_args(self, nproc, program, args, restarts=0):
+        return [f"--nproc-per-node={nproc}", f"--max-restarts={restarts}", *program, *map(str, args)]
+
+    def train(self, nproc, *args, restarts=0, timeout=60, expect_rc=0):
+        """ddplaunch --nproc-per-node nproc ddptrain ARGS; the Result."""
+        res = self.run_launcher(self.launch_args(nproc, [DDPTRAIN], args, restarts),
+                                env_extra=self.train_env(), timeout=timeout)
+        if expect_rc is not None:
+            self.assertEqual(res.rc, expect_rc, res.describe())
+        return res
+
+    def run_direct(self, program, args, timeout=60):
+        """One process without ddplaunch (carries the test token, so cleanup reaps it)."""
+        cmd = [*map(str, program), *map(str, args)]
+        t0 = time.monotonic()
+        try:
+            p = subprocess.run(cmd, stdin=subprocess.DEVNULL, capture_output=True, text=True,
+                               env=self.env(self.train_env()), cwd=str(self.tmp), timeout=timeout)
+        except subprocess.TimeoutExpired:
+            kill_marked(self.token)
+            self.fail(f"{' '.join(cmd)}: still running after {timeout} s")
+        return Result(cmd, p.returncode, p.stdout, p.stderr, time.monotonic() - t0)
+
+    # ---- parameter files
+
+    def compare(self, *pairs):
+        """Rows describing each (a, b) pair of state_dict files (see _COMPARE)."""
+        arg = json.dumps([[str(a), str(b)] for a, b in pairs])
+        res = self.run_direct([PYTHON, "-c", _COMPARE], [arg], timeout=60)
+        self.assertEqual(res.rc, 0, res.describe())
+        return json.loads(res.out)
+
+    def assert_close(self, row, rel, what=""):
+        self.assertEqual(row["names_a"], row["names_b"], what)
+        worst = {k: t["rel"] for k, t in row["tensors"].items() if not t["rel"] <= rel}
+        self.assertEqual(worst, {}, f"{what}: {row['a']} vs {row['b']}: relative difference > {rel}")
+
+    def assert_bitwise(self, row, what=""):
+        differ = {k: t["rel"] for k, t in row["tensors"].items() if not t["equal"]}
+        self.assertEqual(row["names_a"], row["names_b"], what)
+        self.assertEqual(differ, {}, f"{what}: {row['a']} vs {row['b']} not bitwise equal")
+        self.assertTrue(row["equal"], what)
+
+    def assert_mlp_layout(self, row, dtype="float32"):
+        self.assertEqual(row["names_a"], MLP_NAMES)
+        self.assertEqual({k: t["shape"] for k, t in row["tensors"].items()}, MLP_SHAPES)
+        self.assertEqual({t["dtype"] for t in row["tensors"].values()}, {dtype})
+
+
+@unittest.skipUnless(TORCH_OK, "PYTHON_EXEC cannot import torch.distributed")
+class TrainingTest(DdptrainCase):
+    """Numerical equalities (parameters read back with torch.load)."""
+
+    # The kill-and-resume runs: 2 ranks, momentum so optimizer state matters.
+    CKPT_ARGS = ("--batch-size", 8, "--momentum", 0.9, "--samples", 512, "--log-every", 0)
+    CKPT_STEPS = 30
+
+    @classmethod
+    def setUpClass(cls):
+        super().setUpClass()
+        cls.shared = Path(tempfile.mkdtemp(prefix="ddpt-shared-"))
+        cls.addClassCleanup(shutil.rmtree, cls.shared, ignore_errors=True)
+        cls._uninterrupted = None
+
+    def uninterrupted(self):
+        """Final parameters of an uninterrupted CKPT_ARGS run (computed once per class)."""
+        cls = type(self)
+        if cls._uninterrupted is None:
+            path = cls.shared / "uninterrupted.pt"
+            self.train(2, *self.CKPT_ARGS, "--steps", self.CKPT_STEPS, "--save-final", path)
+            self.assertTrue(path.is_file())
+            cls._uninterrupted = path
+        return cls._uninterrupted
+
+    def assert_resumed(self, res, min_step):
+        m = RESUMED_RE.search(res.out)
+        self.assertIsNotNone(m, "no 'resuming from' line" + res.describe())
+        self.assertGreaterEqual(int(m.group(2)), min_step, res.describe())
+        self.assertIn("restarting the job as attempt 1", res.err, res.describe())
+        return int(m.group(2))
+
+    # ---- equal results on 1, 2 and 4 ranks
+
+    def world_sizes(self, precision, rel):
+        files = {}
+        for world, batch in ((1, 32), (2, 16), (4, 8)):  # global batch 32 each time
+            files[world] = self.tmp / f"w{world}.pt"
+            res = self.train(world, "--batch-size", batch, "--steps", 10, "--momentum", 0.9,
+                             "--samples", 256, "--precision", precision, "--log-every", 0,
+                             "--save-final", files[world])
+            self.assertIn(f"batch {batch} x {world} = 32", res.out, res.describe())
+        rows = self.compare((files[2], files[1]), (files[4], files[1]))
+        dtype = "float64" if precision == "fp64" else "float32"
+        for row, world in zip(rows, (2, 4)):
+            self.assert_mlp_layout(row, dtype)
+            self.assert_close(row, rel, f"{precision}: {world} ranks vs 1 rank")
+
+    def test_world_sizes_agree_fp32(self):
+        self.world_sizes("fp32", 1e-5)
+
+    def test_world_sizes_agree_fp64(self):
+        self.world_sizes("fp64", 1e-10)
+
+    def test_grad_accum_equals_one_big_batch(self):
+        files = {}
+        for k in (1, 4):
+            files[k] = self.tmp / f"accum{k}.pt"
+            self.train(2, "--batch-size", 16, "--grad-accum", k, "--steps", 10, "--momentum", 0.9,
+                       "--samples", 256, "--log-every", 0, "--save-final", files[k])
+        (row,) = self.compare((files[4], files[1]))
+        self.assert_close(row, 1e-5, "--grad-accum 4 vs 1")
+
+    # ---- kill and resume
+
+    def test_crash_and_resume_is_bitwise_equal(self):
+        reference = self.uninterrupted()
+        final = self.tmp / "resumed.pt"
+        res = self.train(2, *self.CKPT_ARGS, "--steps", self.CKPT_STEPS, "--checkpoint-dir", self.tmp / "ck",
+                         "--checkpoint-every", 5, "--inject-fault", "crash@12:1", "--save-final", final,
+                         restarts=1)
+        self.assertIn("injected fault at step 12", res.err, res.describe())
+        self.assertEqual(self.assert_resumed(res, 10), 10)
+        (row,) = self.compare((final, reference))
+        self.assert_bitwise(row, "crash at step 12, resumed from step 10")
+
+    def worker_pid(self, rank):
+        """pid of this test's ddptrain worker of `rank` in attempt 0."""
+        for pid, cmdline in find_marked(self.token):
+            if not cmdline.startswith(str(DDPTRAIN)):
+                continue
+            env = proc_environ(pid)
+            if env.get("RANK") == str(rank) and env.get("TORCHELASTIC_RESTART_COUNT", "0") == "0":
+                return pid
+        return None
+
+    def test_sigkill_and_resume_is_bitwise_equal(self):
+        reference = self.uninterrupted()
+        ck, final = self.tmp / "ck", self.tmp / "resumed.pt"
+        # 0.05 s per step in attempt 0 only: about 1.5 s of training to aim at
+        launch = self.start(self.launch_args(2, [DDPTRAIN], [
+            *self.CKPT_ARGS, "--steps", self.CKPT_STEPS, "--checkpoint-dir", ck, "--checkpoint-every", 5,
+            "--inject-fault", "slow=0.05@0:*", "--save-final", final], restarts=1), env_extra=self.train_env())
+        reached = wait_until(lambda: max(checkpoint_steps(ck), default=0) >= 10 or launch.proc.poll() is not None,
+                             timeout=40, interval=0.01)
+        self.assertTrue(reached, "no checkpoint of step >= 10 within 40 s")
+        victim = self.worker_pid(1)
+        steps_at_kill = checkpoint_steps(ck)
+        self.assertIsNone(launch.proc.poll(), "the job ended before a worker could be killed")
+        self.assertIsNotNone(victim, "worker of rank 1 not found in /proc")
+        self.assertLess(max(steps_at_kill), self.CKPT_STEPS, "the run was over before the kill")
+        os.kill(victim, signal.SIGKILL)
+        res = self.finish(launch, timeout=60)
+        self.assertEqual(res.rc, 0, res.describe())
+        self.assertIn("SIGKILL", res.err, res.describe())
+        self.assert_resumed(res, 10)
+        (row,) = self.compare((final, reference))
+        self.assert_bitwise(row, f"rank 1 SIGKILLed with checkpoints {steps_at_kill}, resumed")
+
+    def damaged_newest_checkpoint(self, damage):
+        reference = self.uninterrupted()
+        ck, final = self.tmp / "ck", self.tmp / "resumed.pt"
+        self.train(2, *self.CKPT_ARGS, "--steps", 15, "--checkpoint-dir", ck, "--checkpoint-every", 5)
+        self.assertEqual(checkpoint_steps(ck), [5, 10, 15])
+        newest = ck / "ckpt_000000000015.ddpckpt"
+        damage(newest)
+        res = self.train(2, *self.CKPT_ARGS, "--steps", self.CKPT_STEPS, "--checkpoint-dir", ck,
+                         "--checkpoint-every", 5, "--save-final", final)
+        skipped = [l for l in res.err.splitlines() if "skipping damaged checkpoint" in l]
+        self.assertEqual(len(skipped), 1, res.describe())
+        self.assertIn(newest.name, skipped[0])
+        m = RESUMED_RE.search(res.out)
+        self.assertIsNotNone(m, res.describe())
+        self.assertEqual((Path(m.group(1)).name, m.group(2)), ("ckpt_000000000010.ddpckpt", "10"))
+        (row,) = self.compare((final, reference))
+        self.assert_bitwise(row, "resumed from the previous checkpoint")
+
+    def test_truncated_newest_checkpoint_is_skipped(self):
+        def truncate(path):
+            os.truncate(path, path.stat().st_size // 2)
+        self.damaged_newest_checkpoint(truncate)
+
+    def test_flipped_byte_in_newest_checkpoint_is_skipped(self):
+        def flip(path):
+            data = bytearray(path.read_bytes())
+            data[len(data) * 2 // 3] ^= 0x40  # in the payload
+            path.write_bytes(bytes(data))
+        self.damaged_newest_checkpoint(flip)
+
+    # ---- --init / --save-final and PyTorch
+
+    def test_init_and_save_final_round_trip(self):
+        # Every step sees the same 32 samples and SGD has no state, so 3 steps, saved,
+        # then 2 more from --init equal 5 steps in one go only if the file written by
+        # --save-final and read by --init carries every bit of every parameter.
+        common = ("--samples", 32, "--batch-size", 32, "--log-every", 0)
+        a, b, c = (self.tmp / n for n in ("three.pt", "three_plus_two.pt", "five.pt"))
+        self.train(1, *common, "--steps", 3, "--save-final", a)
+        self.train(1, *common, "--steps", 2, "--init", a, "--save-final", b)
+        self.train(1, *common, "--steps", 5, "--save-final", c)
+        first, second = self.compare((b, c), (a, c))
+        self.assert_mlp_layout(first)
+        self.assert_bitwise(first, "3 steps + --init + 2 steps vs 5 steps")
+        self.assertFalse(second["equal"], "the extra steps changed nothing")
+
+    def test_matches_pytorch_ddp(self):
+        data, init = self.tmp / "data.pt", self.tmp / "init.pt"
+        res = self.run_direct([PYTHON, REFERENCE], ["--mlp-sizes", "32,64,64,10", "--samples", 256,
+                                                    "--seed", 7, "--write-data", data, "--write-init", init])
+        self.assertEqual(res.rc, 0, res.describe())
+        ours, theirs = self.tmp / "ddptrain.pt", self.tmp / "torch.pt"
+        common = ["--mlp-sizes", "32,64,64,10", "--data-file", data, "--init", init, "--batch-size", 16,
+                  "--steps", 20, "--lr", 0.05, "--momentum", 0.9]
+        self.train(2, *common, "--log-every", 0, "--save-final", ours)
+        res = self.run_launcher(self.launch_args(2, [PYTHON, REFERENCE], [*common, "--save-final", theirs]),
+                                env_extra=self.train_env(), timeout=90)
+        self.assertEqual(res.rc, 0, res.describe())
+        self.assertIn("torch_ddp_mlp: done: 20 steps on 2 rank(s)", res.out, res.describe())
+        agree, moved = self.compare((ours, theirs), (init, theirs))
+        self.assert_mlp_layout(agree)
+        self.assert_close(agree, 1e-5, "ddptrain vs torch DistributedDataParallel")
+        self.assertGreater(moved["max_rel"], 1e-3, "training did not move the parameters")
+
+
+class BadInputTest(DdptrainCase):
+    """One line 'ddptrain: error: ...' on stderr; 2 for usage, 1 for runtime errors."""
+
+    CASES = (
+        (["--steps", "0"], 2, "--steps"),
+        (["--mlp-sizes", "3,x"], 2, "--mlp-sizes"),
+        (["--inject-fault", "boom@1:0"], 2, "boom"),
+        (["--data-file", "/nonexistent/data.pt"], 1, "/nonexistent/data.pt"),
+    )
+
+    def test_alone(self):
+        for args, code, mention in self.CASES:
+            with self.subTest(args=args):
+                res = self.run_direct([DDPTRAIN], args, timeout=30)
+                self.assertEqual(res.rc, code, res.describe())
+                lines = [l for l in res.err.splitlines() if l.strip()]
+                self.assertEqual(len(lines), 1, "expected a one-line error" + res.describe())
+                self.assertTrue(lines[0].startswith("ddptrain: error: "), res.describe())
+                self.assertIn(mention, lines[0])
+                self.assertEqual(res.out, "", res.describe())
+
+    def test_under_ddplaunch(self):
+        for k, (args, code, mention) in enumerate(self.CASES):
+            with self.subTest(args=args):
+                job = f"{self.job_id}-{k}"
+                res = self.run_launcher([f"--rdzv-id={job}", "--nproc-per-node=2", DDPTRAIN, *args],
+                                        job_id=False, env_extra=self.train_env(), timeout=60)
+                self.assertNotEqual(res.rc, 0, res.describe())
+                errors = [l for l in res.err.splitlines() if re.match(r"^\[0:[01]\] ddptrain: error: ", l)]
+                self.assertGreaterEqual(len(errors), 1, res.describe())
+                self.assertTrue(all(mention in l for l in errors), res.describe())
+                self.assertEqual(self.failure_json(0, job_id=job)["root_cause"]["exit_code"], code)
+                self.assert_no_leftovers()
+
+
+if __name__ == "__main__":
+    unittest.main()
