@@ -20,6 +20,7 @@
 #include "output/output_router.h"
 #include "process/posix_spawner.h"
 #include "agent/worker_health_board.h"
+#include "job/job_registry.h"
 #include "report/failure_report.h"
 #include "report/oom_probe.h"
 
@@ -252,6 +253,9 @@ int run_launch(const LaunchPlan& plan, OrphanSentinel* sentinel) {
   const std::unique_ptr<CoordinatorServer> coordinator = host_coordinator(plan, tls);
   const std::string endpoint = plan.nnodes == 1 ? fmt::format("127.0.0.1:{}", coordinator->port())
                                                 : fmt::format("{}:{}", plan.rdzv_host, plan.rdzv_port);
+  const JobRegistration registered(
+      {plan.job_id, endpoint, plan.token, plan.tls_cert, plan.tls_key, plan.tls_ca, static_cast<int>(getpid()),
+       std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count()});
   const WakeupFd wakeup;
   WorkerHealthBoard health(SystemClock::instance());
   AgentSession session(agent_settings(plan, endpoint, tls), wakeup.fd(), health);

@@ -1,0 +1,120 @@
+#include "cli/status_command.h"
+
+#include <CLI/CLI.hpp>
+#include <fmt/format.h>
+
+#include <cstdio>
+
+#include "coordinator/coordinator_client.h"
+#include "job/job_registry.h"
+
+namespace ddp {
+namespace {
+
+std::string human_bytes(int64_t bytes) {
+  const char* units[] = {"B", "KiB", "MiB", "GiB"};
+  double v = static_cast<double>(bytes);
+  int u = 0;
+  while (v >= 1024 && u < 3) {
+    v /= 1024;
+    ++u;
+  }
+  return u == 0 ? fmt::format("{} B", bytes) : fmt::format("{:.1f} {}", v, units[u]);
+}
+
+std::string rank_state(const nlohmann::json& r, double hang_timeout_s) {
+  if (!r.value("monitored", false)) return r.value("exited", false) ? "exited" : "no heartbeats";
+  if (r.value("exited", false)) return "exited";
+  const double age = r.value("heartbeat_age_s", 0.0);
+  if (age > hang_timeout_s) return "silent";
+  if (age > hang_timeout_s / 2) return "late";
+  return r["open_collectives"].empty() ? "running" : "in collective";
+}
+
+std::string open_collective(const nlohmann::json& r) {
+  if (!r.contains("open_collectives") || r["open_collectives"].empty()) return "-";
+  const auto& c = r["open_collectives"].front();
+  return fmt::format("{} #{} ({} {}, {:.1f} s)", c.value("op", "?"), c.value("sequence", 0),
+                     human_bytes(c.value("bytes", int64_t{0})), c.value("dtype", ""), c.value("age_s", 0.0));
+}
+
+}  // namespace
+
+std::string render_status(const nlohmann::json& s) {
+  const nlohmann::json& health = s.contains("ranks") ? s["ranks"] : nlohmann::json::object();
+  const double hang_timeout_s = health.value("hang_timeout_s", 300.0);
+  std::string out = fmt::format(
+      "job {}: generation {} ({}), restarts {}/{}, elapsed {:.1f} s, {} rank(s) on {} node(s)\n", s.value("job_id", "?"),
+      s.value("generation", 0), s.value("state", "?"), s.value("restarts_used", 0), s.value("max_restarts", 0),
+      s.value("elapsed_s", 0.0), s.value("world_size", 0), s.value("nnodes", 0));
+  if (s.contains("failure")) out += fmt::format("failure: {}\n", s["failure"].get<std::string>());
+  out += fmt::format("{:>5}  {:<16} {:>8}  {:<13} {:>8}  {:<10} {:>9}  {:>10}  {}\n", "rank", "host", "pid", "state",
+                     "step", "phase", "heartbeat", "step time", "open collective");
+  if (!health.contains("ranks")) return out;
+  for (const auto& r : health["ranks"]) {
+    const bool monitored = r.value("monitored", false);
+    out += fmt::format(
+        "{:>5}  {:<16} {:>8}  {:<13} {:>8}  {:<10} {:>9}  {:>10}  {}\n", r.value("rank", -1),
+        monitored ? r.value("host", "") : "-", monitored ? std::to_string(r.value("pid", 0)) : "-",
+        rank_state(r, hang_timeout_s), monitored && r.value("step", int64_t{-1}) >= 0 ? std::to_string(r.value("step", int64_t{0})) : "-",
+        monitored ? r.value("phase", "") : "-",
+        monitored ? fmt::format("{:.1f} s", r.value("heartbeat_age_s", 0.0)) : "-",
+        monitored && r.value("step_seconds", 0.0) > 0 ? fmt::format("{:.1f} ms", r.value("step_seconds", 0.0) * 1e3) : "-",
+        open_collective(r));
+  }
+  return out;
+}
+
+int run_status_command(int argc, const char* const* argv) {
+  CLI::App app{"ddplaunch status: the live view of a running job", "ddplaunch status"};
+  std::string job_id;
+  bool json = false;
+  app.add_option("--job", job_id, "the job id (--rdzv-id); needed when several jobs run");
+  app.add_flag("--json", json, "one JSON document instead of the table");
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp&) {
+    std::printf("%s", app.help().c_str());
+    return 0;
+  } catch (const CLI::ParseError& e) {
+    std::fprintf(stderr, "ddplaunch status: error: %s\n", e.what());
+    return 2;
+  }
+  std::vector<RunningJob> jobs = running_jobs();
+  if (!job_id.empty()) {
+    jobs.erase(std::remove_if(jobs.begin(), jobs.end(), [&](const RunningJob& j) { return j.job_id != job_id; }),
+               jobs.end());
+  }
+  if (jobs.empty()) {
+    std::fprintf(stderr, "ddplaunch status: error: %s\n",
+                 job_id.empty() ? "no running ddplaunch job of this user on this machine"
+                                : fmt::format("no running job with id '{}' on this machine", job_id).c_str());
+    return 1;
+  }
+  // Several agents of one job (or several jobs): the newest agent of the named
+  // job, or the only job.
+  const std::string first = jobs.front().job_id;
+  if (job_id.empty() && std::any_of(jobs.begin(), jobs.end(), [&](const RunningJob& j) { return j.job_id != first; })) {
+    std::string ids;
+    for (const auto& j : jobs) ids += (ids.empty() ? "" : ", ") + j.job_id;
+    std::fprintf(stderr, "ddplaunch status: error: several jobs run here (%s): choose one with --job\n", ids.c_str());
+    return 2;
+  }
+  const RunningJob& job = jobs.back();
+  CoordinatorClient client(job.endpoint, job.job_id, job.token, TlsFiles{job.tls_cert, job.tls_key, job.tls_ca});
+  std::string text;
+  const Status s = client.status(std::chrono::seconds(5), text);
+  if (!s.ok()) {
+    std::fprintf(stderr, "ddplaunch status: error: the coordinator of job %s at %s: %s\n", job.job_id.c_str(),
+                 job.endpoint.c_str(), s.message().c_str());
+    return 1;
+  }
+  if (json) {
+    std::printf("%s\n", text.c_str());
+  } else {
+    std::printf("%s", render_status(nlohmann::json::parse(text, nullptr, false)).c_str());
+  }
+  return 0;
+}
+
+}  // namespace ddp

@@ -1,0 +1,80 @@
+#include "job/job_registry.h"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+
+#include <nlohmann/json.hpp>
+
+#include "agent/local_agent_service.h"
+
+namespace ddp {
+namespace fs = std::filesystem;
+namespace {
+
+fs::path jobs_dir() {
+  const fs::path dir = fs::path(agent_socket_dir()) / "jobs";
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  chmod(dir.c_str(), 0700);
+  return dir;
+}
+
+bool alive(int pid) { return pid > 0 && (kill(pid, 0) == 0 || errno == EPERM); }
+
+}  // namespace
+
+JobRegistration::JobRegistration(const RunningJob& job) {
+  const nlohmann::json j = {{"job_id", job.job_id},     {"endpoint", job.endpoint}, {"token", job.token},
+                            {"tls_cert", job.tls_cert}, {"tls_key", job.tls_key},   {"tls_ca", job.tls_ca},
+                            {"pid", job.pid},           {"started_unix_s", job.started_unix_s}};
+  path_ = (jobs_dir() / (job.job_id + "." + std::to_string(job.pid) + ".json")).string();
+  const int fd = open(path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+  if (fd < 0) {
+    path_.clear();  // status will not find this job; the job itself runs on
+    return;
+  }
+  const std::string text = j.dump();
+  [[maybe_unused]] ssize_t n = write(fd, text.data(), text.size());
+  close(fd);
+}
+
+JobRegistration::~JobRegistration() {
+  if (!path_.empty()) unlink(path_.c_str());
+}
+
+std::vector<RunningJob> running_jobs() {
+  std::vector<RunningJob> jobs;
+  std::error_code ec;
+  for (const auto& entry : fs::directory_iterator(jobs_dir(), ec)) {
+    if (entry.path().extension() != ".json") continue;
+    const nlohmann::json j = nlohmann::json::parse(std::ifstream(entry.path()), nullptr, false);
+    if (!j.is_object()) continue;
+    RunningJob job;
+    job.job_id = j.value("job_id", "");
+    job.endpoint = j.value("endpoint", "");
+    job.token = j.value("token", "");
+    job.tls_cert = j.value("tls_cert", "");
+    job.tls_key = j.value("tls_key", "");
+    job.tls_ca = j.value("tls_ca", "");
+    job.pid = j.value("pid", 0);
+    job.started_unix_s = j.value("started_unix_s", 0.0);
+    if (!alive(job.pid)) {
+      fs::remove(entry.path(), ec);  // its agent was killed before it could
+      continue;
+    }
+    jobs.push_back(std::move(job));
+  }
+  std::sort(jobs.begin(), jobs.end(),
+            [](const RunningJob& a, const RunningJob& b) { return a.started_unix_s < b.started_unix_s; });
+  return jobs;
+}
+
+}  // namespace ddp

@@ -1,0 +1,57 @@
+// `ddplaunch status` rendering: the table made from a coordinator's health
+// view (CoordinatorJob::status_json), for each rank state.
+#include "cli/status_command.h"
+
+#include <gtest/gtest.h>
+
+#include <sstream>
+#include <string>
+#include <vector>
+
+namespace ddp {
+namespace {
+
+std::vector<std::string> lines(const std::string& text) {
+  std::vector<std::string> out;
+  std::istringstream in(text);
+  for (std::string l; std::getline(in, l);) out.push_back(l);
+  return out;
+}
+
+nlohmann::json rank(int r, double age, nlohmann::json open = nlohmann::json::array()) {
+  return {{"rank", r},        {"monitored", true}, {"host", "node-a"}, {"pid", 100 + r},
+          {"step", 41},       {"phase", "backward"}, {"step_seconds", 0.0125}, {"heartbeat_age_s", age},
+          {"exited", false},  {"open_collectives", open}};
+}
+
+TEST(StatusCommand, RendersTheJobAndEveryRank) {
+  nlohmann::json s = {{"job_id", "j1"}, {"generation", 2}, {"state", "running"}, {"restarts_used", 2},
+                      {"max_restarts", 3}, {"elapsed_s", 75.25}, {"world_size", 4}, {"nnodes", 1}};
+  s["ranks"] = {{"hang_timeout_s", 10.0},
+                {"ranks",
+                 {rank(0, 0.4, {{{"sequence", 57}, {"op", "all_reduce"}, {"bytes", 4 << 20}, {"dtype", "float32"},
+                                 {"state", "started"}, {"age_s", 3.25}}}),
+                  rank(1, 6.0), rank(2, 12.0),
+                  {{"rank", 3}, {"monitored", false}, {"note", "no runtime heartbeats"}}}}};
+  const auto out = lines(render_status(s));
+  ASSERT_EQ(out.size(), 6u) << render_status(s);
+  EXPECT_EQ(out[0], "job j1: generation 2 (running), restarts 2/3, elapsed 75.2 s, 4 rank(s) on 1 node(s)");
+  EXPECT_NE(out[1].find("open collective"), std::string::npos);
+  EXPECT_NE(out[2].find("node-a"), std::string::npos);
+  EXPECT_NE(out[2].find("in collective"), std::string::npos);
+  EXPECT_NE(out[2].find("all_reduce #57 (4.0 MiB float32, 3.2 s)"), std::string::npos) << out[2];
+  EXPECT_NE(out[2].find("12.5 ms"), std::string::npos) << out[2];
+  EXPECT_NE(out[3].find("late"), std::string::npos) << out[3];     // over half the hang timeout
+  EXPECT_NE(out[4].find("silent"), std::string::npos) << out[4];   // over the hang timeout
+  EXPECT_NE(out[5].find("no heartbeats"), std::string::npos) << out[5];
+}
+
+TEST(StatusCommand, ShowsTheFailure) {
+  const nlohmann::json s = {{"job_id", "j2"}, {"failure", "silent_rank: rank 1 sent no heartbeat for 3.0 s"}};
+  const auto out = lines(render_status(s));
+  ASSERT_GE(out.size(), 2u);
+  EXPECT_EQ(out[1], "failure: silent_rank: rank 1 sent no heartbeat for 3.0 s");
+}
+
+}  // namespace
+}  // namespace ddp
