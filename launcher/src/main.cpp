@@ -4,6 +4,7 @@
 #include <spdlog/spdlog.h>
 #include <sys/prctl.h>
 
+#include <chrono>
 #include <cstdio>
 #include <exception>
 #include <string>
@@ -14,11 +15,34 @@
 #include "cli/status_command.h"
 #include "cli/usage_error.h"
 #include "ddp/common/logging.h"
+#include "doctor/doctor_command.h"
+#include "doctor/preflight.h"
 #include "exit_codes.h"
 #include "job/event_loop.h"
 #include "job/launch_job.h"
 #include "nccl/diagnose_command.h"
 #include "process/orphan_sentinel.h"
+
+namespace {
+
+// --preflight: the doctor's checks for this launch, printed to stderr.
+bool preflight_passes(const ddp::LaunchOptions& o) {
+  ddp::PreflightInputs in;
+  in.nproc_per_node = o.nproc_per_node;
+  in.master_addr = o.master_addr;
+  in.master_port = o.master_port;
+  in.rdzv_endpoint = o.rdzv_endpoint;
+  in.log_dir = o.log_dir;
+  const auto start = std::chrono::steady_clock::now();
+  const auto results = ddp::run_preflight(in);
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  std::fprintf(stderr, "%s", ddp::render_checks_text(results, seconds).c_str());
+  if (ddp::worst_level(results) != ddp::CheckLevel::kFail) return true;
+  std::fprintf(stderr, "ddplaunch: error: preflight failed (see the fail lines above); nothing was started\n");
+  return false;
+}
+
+}  // namespace
 
 int main(int argc, char** argv) {
   using namespace ddp;
@@ -28,12 +52,15 @@ int main(int argc, char** argv) {
   if (argc > 1 && std::string(argv[1]) == "serve") return run_serve_command(argc - 1, argv + 1);
   if (argc > 1 && std::string(argv[1]) == "status") return run_status_command(argc - 1, argv + 1);
   if (argc > 1 && std::string(argv[1]) == "diagnose") return run_diagnose_command(argc - 1, argv + 1);
+  if (argc > 1 && std::string(argv[1]) == "doctor") return run_doctor_command(argc - 1, argv + 1);
 
   LaunchPlan plan;
   try {
     auto options = parse_launch_options(argc, argv);
     if (!options) return exit_code::kSuccess;
     init_logging("ddplaunch", options->log_level);
+    // Before ddplaunch binds any port of its own, or the port check finds it taken.
+    if (options->preflight && !preflight_passes(*options)) return exit_code::kUsage;
     plan = resolve_launch_plan(*options, process_getenv());
   } catch (const UsageError& e) {
     std::fprintf(stderr, "ddplaunch: error: %s\n", e.what());

@@ -7,6 +7,7 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -94,12 +95,22 @@ const char* to_string(Phase phase) {
 
 void TrainingProgress::begin_step(int64_t step) {
   step_started_ns_.store(now_ns(), std::memory_order_relaxed);
+  waited_seconds_.store(0, std::memory_order_relaxed);
   step_.store(step, std::memory_order_relaxed);
 }
 
 void TrainingProgress::end_step() {
   const int64_t started = step_started_ns_.load(std::memory_order_relaxed);
-  if (started != 0) step_seconds_.store(static_cast<double>(now_ns() - started) / 1e9, std::memory_order_relaxed);
+  if (started == 0) return;
+  const double seconds = static_cast<double>(now_ns() - started) / 1e9;
+  step_seconds_.store(seconds, std::memory_order_relaxed);
+  busy_seconds_.store(std::max(0.0, seconds - waited_seconds_.load(std::memory_order_relaxed)),
+                      std::memory_order_relaxed);
+}
+
+void TrainingProgress::add_wait(double seconds) {
+  // One writer (the training thread): load + store is enough.
+  waited_seconds_.store(waited_seconds_.load(std::memory_order_relaxed) + seconds, std::memory_order_relaxed);
 }
 
 void dump_all_thread_stacks() {

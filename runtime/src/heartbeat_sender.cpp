@@ -54,6 +54,7 @@ WorkerHeartbeatData HeartbeatSender::snapshot() const {
   hb.step = progress_.step();
   hb.phase = to_string(progress_.phase());
   hb.step_seconds = progress_.step_seconds();
+  hb.busy_seconds = progress_.busy_seconds();
   const FlightRecorder& record = collective_.flight_record();
   hb.recent = record.tail(kRecentRecords);
   hb.last_enqueued = record.last_enqueued();

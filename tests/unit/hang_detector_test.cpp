@@ -460,6 +460,25 @@ TEST(HangDetectorTest, StragglerIsWarnedOnce) {
   EXPECT_FALSE(h.detector.check().has_value());  // a warning, never a verdict
 }
 
+// In lock-step training every rank's step lasts as long as the slowest's; the
+// busy time (the step less its waits for the others) tells the straggler.
+TEST(HangDetectorTest, StragglerIsFoundByBusyTimeWhenStepTimesAreEqual) {
+  Harness h(3);
+  for (int64_t s = 1; s <= 5; ++s) {
+    for (int r = 0; r < 3; ++r) {
+      RankReport rep = idle_after(r, s, static_cast<uint64_t>(s), WorkerPhase::kForward);
+      rep.step_seconds = 0.35;                  // equal everywhere
+      rep.busy_seconds = r == 1 ? 0.34 : 0.05;  // the others wait for rank 1
+      h.detector.on_report(rep);
+    }
+  }
+  auto warnings = h.detector.take_straggler_warnings();
+  ASSERT_EQ(warnings.size(), 1u);
+  EXPECT_EQ(warnings[0].rank, 1);
+  EXPECT_DOUBLE_EQ(warnings[0].step_seconds, 0.34);
+  EXPECT_DOUBLE_EQ(warnings[0].median_seconds, 0.05);
+}
+
 TEST(HangDetectorTest, SnapshotShowsEveryRank) {
   Harness h(3);
   RankReport r0 = waiting_in(0, 41, 57, milliseconds(500));

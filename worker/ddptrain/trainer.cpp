@@ -253,6 +253,7 @@ class Trainer {
       trace_.span(last ? "backward" : "backward (no_sync)", TraceLane::kCompute, f1, now(), s);
     }
     const auto [communication, exposed] = trace_reduction(s);
+    progress.add_wait(exposed.count());
 
     const SteadyTime o0 = now();
     progress.set_phase(Phase::kOptimizer);

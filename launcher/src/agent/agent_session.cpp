@@ -44,6 +44,7 @@ Assignment AgentSession::join(int64_t generation) {
   p.nnodes = settings_.nnodes;
   p.generation = generation;
   p.master_port = settings_.master_port;
+  p.job_env = settings_.job_env;
   spdlog::info("joining job {} generation {} at {} ({} node(s))", settings_.job_id, generation, settings_.endpoint,
                settings_.nnodes);
   JoinResult result;

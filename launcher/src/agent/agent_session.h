@@ -34,6 +34,7 @@ struct AgentSettings {
   std::string host;    // advertised address; empty: as the coordinator sees us
   int master_port = 0; // a free port here, MASTER_PORT if we become node 0
   int max_restarts = 0;
+  std::map<std::string, std::string> job_env;  // this node's NCCL_* (see JobConfig::job_env)
   Duration join_timeout = std::chrono::seconds(600);
   Duration heartbeat_interval = std::chrono::seconds(5);
   /// How long the coordinator may be unreachable before this agent gives up.

@@ -83,6 +83,10 @@ std::optional<LaunchOptions> parse_launch_options(int argc, const char* const* a
       "seconds a rank may be silent, or the job make no progress, before it is declared hung (exit 124)")
       ->check(CLI::PositiveNumber)
       ->capture_default_str();
+  app.add_flag("--preflight", o.preflight, "run `ddplaunch doctor`'s checks first; refuse to start when one fails");
+  add(app, "nccl-debug", o.nccl_debug,
+      "NCCL_DEBUG level (VERSION, WARN, INFO, TRACE) for every rank, logged to rank_<r>/nccl.log (see diagnose)");
+  add(app, "nccl-debug-subsys", o.nccl_debug_subsys, "NCCL_DEBUG_SUBSYS for every rank, e.g. INIT,NET");
   add_flag(app, "-m,--module", o.module, "PET_MODULE", "PROGRAM is a Python module, run as python3 -u -m PROGRAM");
   add_flag(app, spellings("no-python"), o.no_python, "PET_NO_PYTHON", "run PROGRAM as is, even a .py file");
   app.add_option("--log-level", o.log_level, "ddplaunch's own log level")

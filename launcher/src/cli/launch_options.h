@@ -30,8 +30,11 @@ struct LaunchOptions {
   std::string local_ranks_filter;  // empty: every local rank on the console
   std::string role = "default";
   double shutdown_grace_s = 5.0;
+  bool preflight = false;             // run the doctor checks first; refuse to start on a failure
   double heartbeat_interval_s = 1.0;  // workers' heartbeats to their agent
   double hang_timeout_s = 300.0;      // silent rank / no progress before a hang is declared
+  std::string nccl_debug;             // VERSION, WARN, INFO, TRACE: NCCL_DEBUG into rank_<r>/nccl.log
+  std::string nccl_debug_subsys;      // NCCL_DEBUG_SUBSYS
   bool module = false;     // -m: PROGRAM is a Python module
   bool no_python = false;  // run PROGRAM as is, even a .py file
   std::string log_level = "info";

@@ -3,6 +3,8 @@
 #include <fmt/format.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <cctype>
 #include <cstdlib>
 #include <random>
 #include <sstream>
@@ -159,6 +161,15 @@ LaunchPlan resolve_launch_plan(const LaunchOptions& o, const GetEnv& getenv) {
   plan.shutdown_grace = std::chrono::duration_cast<Duration>(std::chrono::duration<double>(o.shutdown_grace_s));
   plan.heartbeat_interval = std::chrono::duration_cast<Duration>(std::chrono::duration<double>(o.heartbeat_interval_s));
   plan.hang_timeout = std::chrono::duration_cast<Duration>(std::chrono::duration<double>(o.hang_timeout_s));
+  if (!o.nccl_debug.empty()) {
+    std::string level = o.nccl_debug;
+    std::transform(level.begin(), level.end(), level.begin(), [](unsigned char c) { return std::toupper(c); });
+    if (level != "VERSION" && level != "WARN" && level != "INFO" && level != "TRACE") {
+      throw UsageError(fmt::format("--nccl-debug '{}': expected VERSION, WARN, INFO or TRACE", o.nccl_debug));
+    }
+    plan.nccl_debug = level;
+  }
+  plan.nccl_debug_subsys = o.nccl_debug_subsys;
   if (plan.hang_timeout <= plan.heartbeat_interval) {
     throw UsageError(fmt::format("--hang-timeout {} s must be longer than --heartbeat-interval {} s", o.hang_timeout_s,
                                  o.heartbeat_interval_s));

@@ -46,6 +46,10 @@ struct LaunchPlan {
   Duration shutdown_grace{};
   Duration heartbeat_interval = std::chrono::seconds(1);
   Duration hang_timeout = std::chrono::seconds(300);
+  /// --nccl-debug (upper case) and --nccl-debug-subsys; empty: not given.
+  /// They win over NCCL_DEBUG / NCCL_DEBUG_SUBSYS in the environment.
+  std::string nccl_debug;
+  std::string nccl_debug_subsys;
   std::vector<std::string> argv;  // what each worker executes
 };
 

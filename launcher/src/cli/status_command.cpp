@@ -109,10 +109,16 @@ int run_status_command(int argc, const char* const* argv) {
                  job.endpoint.c_str(), s.message().c_str());
     return 1;
   }
+  nlohmann::json status = nlohmann::json::parse(text, nullptr, false);
   if (json) {
-    std::printf("%s\n", text.c_str());
+    // Each rank's state as the table words it (running, in collective, late, silent, exited, no heartbeats).
+    if (status.contains("ranks") && status["ranks"].contains("ranks")) {
+      const double timeout = status["ranks"].value("hang_timeout_s", 300.0);
+      for (auto& r : status["ranks"]["ranks"]) r["state"] = rank_state(r, timeout);
+    }
+    std::printf("%s\n", status.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
   } else {
-    std::printf("%s", render_status(nlohmann::json::parse(text, nullptr, false)).c_str());
+    std::printf("%s", render_status(status).c_str());
   }
   return 0;
 }

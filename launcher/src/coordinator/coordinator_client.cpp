@@ -69,6 +69,7 @@ Status CoordinatorClient::join(const JoinParams& p, int max_restarts, Duration t
   req.set_master_port(p.master_port);
   req.set_max_restarts(max_restarts);
   req.set_join_timeout_ms(to_ms(timeout));
+  req.mutable_job_env()->insert(p.job_env.begin(), p.job_env.end());
   pb::JoinReply reply;
   grpc::ClientContext ctx;
   // The coordinator answers at the join timeout; leave it room to say why.
@@ -92,6 +93,7 @@ Status CoordinatorClient::join(const JoinParams& p, int max_restarts, Duration t
   a.generation = reply.generation();
   a.master_addr = reply.master_addr();
   a.master_port = reply.master_port();
+  a.job_env.insert(reply.job_env().begin(), reply.job_env().end());
   result.max_restarts = reply.max_restarts();
   return s;
 }

@@ -37,6 +37,9 @@ struct JobConfig {
   /// job make no progress before it is declared hung.
   Duration heartbeat_interval = std::chrono::seconds(1);
   Duration hang_timeout = std::chrono::seconds(300);
+  /// NCCL_* variables of the launching node: every node's workers get those
+  /// their own node does not set.
+  std::map<std::string, std::string> job_env{};
 };
 
 enum class GenerationState { kRunning = 1, kStopping = 2, kRestarting = 3, kFinished = 4 };

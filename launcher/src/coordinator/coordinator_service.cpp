@@ -66,6 +66,7 @@ CoordinatorService::Reactor* CoordinatorService::Join(Ctx* ctx, const pb::JoinRe
   view.nnodes = req->nnodes();
   view.nproc = req->nproc();
   view.max_restarts = req->max_restarts();
+  view.job_env.insert(req->job_env().begin(), req->job_env().end());
   std::shared_ptr<CoordinatorJob> job;
   if (Status s = coordinator_.find_for_join(req->auth().job_id(), req->auth().token(), view, job); !s.ok()) {
     finish(ctx, reactor, s, "Join");
@@ -79,6 +80,7 @@ CoordinatorService::Reactor* CoordinatorService::Join(Ctx* ctx, const pb::JoinRe
   params.generation = req->generation();
   params.master_port = req->master_port();
   const int max_restarts = job->config().max_restarts;
+  reply->mutable_job_env()->insert(job->config().job_env.begin(), job->config().job_env.end());
   job->join(params, millis(req->join_timeout_ms()),
             [this, ctx, reactor, reply, max_restarts](const Status& s, const Assignment& a) {
               if (s.ok()) {

@@ -23,6 +23,7 @@ namespace ddp {
 
 struct JoinParams {
   std::string host;
+  std::map<std::string, std::string> job_env;  // this node's NCCL_* (the job keeps its creator's)
   int nproc = 0;
   int node_rank = -1;  // -1: assign
   int nnodes = 0;
@@ -39,6 +40,7 @@ struct Assignment {
   std::string master_addr;
   int master_port = 0;
   std::string host;  // this node's host as recorded
+  std::map<std::string, std::string> job_env;  // JobConfig::job_env, as the agent was told
 };
 
 using JoinCallback = std::function<void(const Status&, const Assignment&)>;

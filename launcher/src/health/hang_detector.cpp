@@ -172,15 +172,20 @@ void HangDetector::record_collectives(const RankReport& report) {
   while (first_seen_.size() > kRememberedSequences) first_seen_.erase(first_seen_.begin());
 }
 
+// Busy time (the step less its waits for other ranks) where the worker
+// reports it: in lock-step training every rank's step lasts as long as the
+// slowest one's, and only the busy time tells the straggler apart.
+static double straggler_metric(const RankReport& r) { return r.busy_seconds > 0 ? r.busy_seconds : r.step_seconds; }
+
 void HangDetector::update_straggler(int rank) {
   RankState& st = ranks_[static_cast<size_t>(rank)];
-  const double mine = st.report.step_seconds;
+  const double mine = straggler_metric(st.report);
   if (mine <= 0) return;
   std::vector<double> others;
   for (size_t i = 0; i < ranks_.size(); ++i) {
     const RankState& o = ranks_[i];
-    if (static_cast<int>(i) == rank || !o.monitored || o.exited || o.report.step_seconds <= 0) continue;
-    others.push_back(o.report.step_seconds);
+    if (static_cast<int>(i) == rank || !o.monitored || o.exited || straggler_metric(o.report) <= 0) continue;
+    others.push_back(straggler_metric(o.report));
   }
   if (others.empty()) return;
   std::sort(others.begin(), others.end());
@@ -198,7 +203,7 @@ void HangDetector::update_straggler(int rank) {
     w.step_seconds = mine;
     w.median_seconds = median;
     w.summary = fmt::format(
-        "{} is a straggler: its last step took {:.2f} s, the median of the others {:.2f} s "
+        "{} is a straggler: its last step kept it busy {:.2f} s (waits for other ranks excluded), the others {:.2f} s (median) "
         "(above {:g}x for {} consecutive steps)",
         describe(rank), mine, median, config_.straggler_factor, st.slow_reports);
     warnings_.push_back(std::move(w));

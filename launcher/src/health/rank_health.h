@@ -34,6 +34,7 @@ struct RankReport {
   int64_t step = -1;               // -1: the program does not report steps
   WorkerPhase phase = WorkerPhase::kUnknown;
   double step_seconds = 0;         // the last finished step's duration, 0: unknown
+  double busy_seconds = 0;         // ... less its waits for other ranks, 0: unknown
   uint64_t last_enqueued = 0;      // flight-record sequence numbers
   uint64_t last_started = 0;
   uint64_t last_completed = 0;

@@ -22,6 +22,7 @@
 #include "agent/worker_health_board.h"
 #include "job/job_registry.h"
 #include "report/failure_report.h"
+#include "report/nccl_evidence.h"
 #include "report/oom_probe.h"
 
 namespace ddp {
@@ -39,6 +40,20 @@ fs::path rank_dir(const LaunchPlan& plan, int attempt, int rank) {
 
 int open_log(const fs::path& path) {
   return open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_APPEND, 0644);
+}
+
+// The NCCL_* this node's workers got (the first one's: they differ only in
+// NCCL_DEBUG_FILE), for the record: attempt_<k>/nccl_env.node<n>.json.
+void record_nccl_env(const LaunchPlan& plan, const Assignment& layout, int attempt,
+                     const std::vector<WorkerSpec>& specs) {
+  if (specs.empty()) return;
+  nlohmann::json nccl = nlohmann::json::object();
+  for (const std::string& entry : specs.front().request.env) {
+    const size_t eq = entry.find('=');
+    if (entry.rfind("NCCL_", 0) == 0 && eq != std::string::npos) nccl[entry.substr(0, eq)] = entry.substr(eq + 1);
+  }
+  const fs::path path = attempt_dir(plan, attempt) / fmt::format("nccl_env.node{}.json", layout.node_rank);
+  std::ofstream(path) << nccl.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) << '\n';
 }
 
 std::vector<WorkerSpec> plan_workers(const LaunchPlan& plan, const Assignment& layout,
@@ -67,8 +82,13 @@ std::vector<WorkerSpec> plan_workers(const LaunchPlan& plan, const Assignment& l
     id.agent_socket = agent_socket;
     id.token = plan.token;
     id.heartbeat_interval_ms = std::chrono::duration_cast<std::chrono::milliseconds>(plan.heartbeat_interval).count();
+    if (!plan.nccl_debug.empty()) id.nccl_forced["NCCL_DEBUG"] = plan.nccl_debug;
+    if (!plan.nccl_debug_subsys.empty()) id.nccl_forced["NCCL_DEBUG_SUBSYS"] = plan.nccl_debug_subsys;
+    id.job_env = layout.job_env;
+    id.nccl_debug_file = (dir / "nccl.log").string();
     specs.push_back({local_rank, rank, {plan.argv, build_worker_env(base_env, id)}});
   }
+  record_nccl_env(plan, layout, attempt, specs);
   return specs;
 }
 
@@ -117,7 +137,9 @@ class JobListener final : public SupervisorListener {
     }
     if (root == workers.end()) return;
     const fs::path path = attempt_dir(plan_, attempt) / "failure.json";
-    std::ofstream(path) << attempt_report_to_json(plan_.job_id, attempt, *root, failures_, workers).dump(2) << '\n';
+    nlohmann::json report = attempt_report_to_json(plan_.job_id, attempt, *root, failures_, workers);
+    add_nccl_evidence(attempt, report);
+    std::ofstream(path) << report.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) << '\n';
     spdlog::error("job {} attempt {} failed; report: {}", plan_.job_id, attempt, path.string());
   }
 
@@ -132,10 +154,19 @@ class JobListener final : public SupervisorListener {
   void set_stop_report(std::string report_json) { stop_report_ = std::move(report_json); }
 
  private:
+  // What the ranks' NCCL logs say, when they wrote any.
+  void add_nccl_evidence(int attempt, nlohmann::json& report) const {
+    const auto nccl = nccl_evidence(attempt_dir(plan_, attempt));
+    if (!nccl) return;
+    report["nccl"] = nccl->json;
+    if (!nccl->summary.empty()) spdlog::error("{}", nccl->summary);
+  }
+
   void write_hang_report(int attempt) {
     nlohmann::json report = {{"job_id", plan_.job_id}, {"attempt", attempt}, {"node_rank", node_rank_}};
     report["hang"] = nlohmann::json::parse(stop_report_, nullptr, /*allow_exceptions=*/false);
     stop_report_.clear();
+    add_nccl_evidence(attempt, report);
     const fs::path path = attempt_dir(plan_, attempt) / "failure.json";
     std::ofstream(path) << report.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) << '\n';
     spdlog::error("job {} attempt {} stopped by the coordinator; report: {}", plan_.job_id, attempt, path.string());
@@ -169,6 +200,22 @@ void linger_until_every_node_heard(CoordinatorServer& server, const LaunchPlan& 
   }
 }
 
+// NCCL_* of this node (its own NCCL_DEBUG_FILE aside: a path is per node and
+// rank), with --nccl-debug / --nccl-debug-subsys on top: what the job's other
+// nodes' workers get where their own environment is silent.
+std::map<std::string, std::string> launching_nccl_env(const LaunchPlan& plan, const std::vector<std::string>& env) {
+  std::map<std::string, std::string> nccl;
+  for (const std::string& entry : env) {
+    const size_t eq = entry.find('=');
+    if (entry.rfind("NCCL_", 0) != 0 || eq == std::string::npos) continue;
+    const std::string name = entry.substr(0, eq);
+    if (name != "NCCL_DEBUG_FILE") nccl[name] = entry.substr(eq + 1);
+  }
+  if (!plan.nccl_debug.empty()) nccl["NCCL_DEBUG"] = plan.nccl_debug;
+  if (!plan.nccl_debug_subsys.empty()) nccl["NCCL_DEBUG_SUBSYS"] = plan.nccl_debug_subsys;
+  return nccl;
+}
+
 // Node 0 (and every single-node job) hosts the coordinator. Returns null when
 // another agent won the port (agents started at the same moment may all have
 // seen it free); unless told to host, this agent then joins the winner's.
@@ -193,6 +240,7 @@ std::unique_ptr<CoordinatorServer> host_coordinator(const LaunchPlan& plan, cons
   job.node_timeout = plan.node_timeout;
   job.heartbeat_interval = plan.heartbeat_interval;
   job.hang_timeout = plan.hang_timeout;
+  job.job_env = launching_nccl_env(plan, current_environment());
   server->coordinator().create_job(plan.job_id, plan.token, job);
   spdlog::info("coordinator listening on {}:{} (NCCL IDs: {})", listen_host, server->port(),
                server->coordinator().ids().describe());
@@ -212,6 +260,7 @@ AgentSettings agent_settings(const LaunchPlan& plan, const std::string& endpoint
   settings.host = plan.nnodes == 1 ? plan.master_addr : plan.local_addr;
   settings.master_port = plan.master_port;
   settings.max_restarts = plan.max_restarts;
+  settings.job_env = launching_nccl_env(plan, current_environment());
   settings.join_timeout = plan.join_timeout;
   // Worker heartbeats reach the coordinator with the agent's own.
   settings.heartbeat_interval = std::min(plan.agent_heartbeat_interval, plan.heartbeat_interval);

@@ -37,16 +37,29 @@ std::vector<std::string> build_worker_env(const std::vector<std::string>& base, 
       {"DDPLAUNCH_NNODES", std::to_string(id.group_world_size)},
   };
 
+  std::map<std::string, std::string> forced = id.nccl_forced;
+  forced.insert(overrides.begin(), overrides.end());
+
   std::vector<std::string> env;
-  env.reserve(base.size() + overrides.size() + 1);
-  bool has_omp = false;
+  env.reserve(base.size() + forced.size() + id.job_env.size() + 2);
+  std::map<std::string, std::string> kept;  // the node's own, by name
   for (const std::string& entry : base) {
-    const std::string name = entry.substr(0, entry.find('='));
-    if (overrides.count(name) != 0) continue;
-    has_omp = has_omp || name == "OMP_NUM_THREADS";
+    const size_t eq = entry.find('=');
+    const std::string name = entry.substr(0, eq);
+    if (forced.count(name) != 0) continue;
+    kept[name] = eq == std::string::npos ? std::string() : entry.substr(eq + 1);
     env.push_back(entry);
   }
-  for (const auto& [name, value] : overrides) env.push_back(name + "=" + value);
+  for (const auto& [name, value] : forced) env.push_back(name + "=" + value);
+  for (const auto& [name, value] : id.job_env) {
+    if (forced.count(name) == 0 && kept.count(name) == 0) env.push_back(name + "=" + value);
+  }
+  // NCCL's log goes to the rank's own file, not the console.
+  const bool nccl_logs = forced.count("NCCL_DEBUG") != 0 || kept.count("NCCL_DEBUG") != 0 || id.job_env.count("NCCL_DEBUG") != 0;
+  if (nccl_logs && !id.nccl_debug_file.empty() && kept.count("NCCL_DEBUG_FILE") == 0) {
+    env.push_back("NCCL_DEBUG_FILE=" + id.nccl_debug_file);
+  }
+  const bool has_omp = kept.count("OMP_NUM_THREADS") != 0;
   // N workers each spawning one OpenMP thread per core would oversubscribe
   // the machine N times over; torchrun sets the same default.
   if (!has_omp) env.emplace_back("OMP_NUM_THREADS=1");

@@ -3,6 +3,7 @@
 // torchrun sets, so an unmodified PyTorch script's init_process_group("env://")
 // works, plus DDPLAUNCH_* for the ddplaunch runtime.
 
+#include <map>
 #include <string>
 #include <vector>
 
@@ -26,6 +27,13 @@ struct WorkerIdentity {
   std::string agent_socket;  // DDPLAUNCH_AGENT_SOCKET: the local agent service
   std::string token;         // DDPLAUNCH_TOKEN: proves the worker belongs to the job
   int64_t heartbeat_interval_ms = 1000;  // DDPLAUNCH_HEARTBEAT_INTERVAL_MS
+  /// NCCL_* that win over the node's environment (--nccl-debug, --nccl-debug-subsys).
+  std::map<std::string, std::string> nccl_forced;
+  /// NCCL_* of the launching node: added where the node's environment lacks them.
+  std::map<std::string, std::string> job_env;
+  /// Where NCCL logs when NCCL_DEBUG ends up set (NCCL_DEBUG_FILE, unless the
+  /// environment names a file itself).
+  std::string nccl_debug_file;
 };
 
 /// base: the launcher's environment as "NAME=value" entries. The result keeps

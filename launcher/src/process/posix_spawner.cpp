@@ -94,7 +94,13 @@ SpawnedProcess PosixSpawner::spawn(const SpawnRequest& request) {
   return {pid, out_pipe[0], err_pipe[0]};
 }
 
-void PosixSpawner::signal_group(pid_t pid, int signo) { kill(-pid, signo); }
+void PosixSpawner::signal_group(pid_t pid, int signo) {
+  kill(-pid, signo);
+  // A stopped process (SIGSTOP, a debugger) acts on the signal only once it
+  // runs again; without this a frozen worker would hold teardown for the
+  // whole grace period.
+  if (signo != SIGKILL && signo != SIGCONT) kill(-pid, SIGCONT);
+}
 
 void PosixSpawner::release(pid_t pid) {
   kill(-pid, SIGKILL);  // children that outlived their worker are orphans now

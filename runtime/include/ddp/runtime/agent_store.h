@@ -36,6 +36,7 @@ struct WorkerHeartbeatData {
   int64_t step = -1;
   std::string phase = "unknown";
   double step_seconds = 0;
+  double busy_seconds = 0;
   uint64_t last_enqueued = 0;
   uint64_t last_started = 0;
   uint64_t last_completed = 0;

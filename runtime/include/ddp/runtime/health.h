@@ -28,17 +28,26 @@ class TrainingProgress {
  public:
   void begin_step(int64_t step);
   void set_phase(Phase phase) { phase_.store(phase, std::memory_order_relaxed); }
-  /// The step begun last has ended: its duration becomes step_seconds().
+  /// Time the training thread spent waiting for other ranks in this step
+  /// (e.g. the reducer's wait at the end of backward): not counted as busy.
+  void add_wait(double seconds);
+  /// The step begun last has ended: its duration becomes step_seconds(), and
+  /// its duration less the waits busy_seconds() (what tells a straggler: in
+  /// lock-step training every rank's step takes as long as the slowest's,
+  /// but the slow one waits least).
   void end_step();
 
   int64_t step() const { return step_.load(std::memory_order_relaxed); }
   Phase phase() const { return phase_.load(std::memory_order_relaxed); }
   double step_seconds() const { return step_seconds_.load(std::memory_order_relaxed); }
+  double busy_seconds() const { return busy_seconds_.load(std::memory_order_relaxed); }
 
  private:
   std::atomic<int64_t> step_{-1};
   std::atomic<Phase> phase_{Phase::kUnknown};
   std::atomic<double> step_seconds_{0};
+  std::atomic<double> busy_seconds_{0};
+  std::atomic<double> waited_seconds_{0};  // in the step now running
   std::atomic<int64_t> step_started_ns_{0};
 };
 
