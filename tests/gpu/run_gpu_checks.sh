@@ -123,6 +123,27 @@ if [[ $built -eq 1 ]]; then
   if [[ $rc -eq 0 ]]; then row "ctest -L gpu" ok "$summary; $skipped skipped"; else row "ctest -L gpu" FAIL "$summary; $failed failed, $skipped skipped"; overall=1; fi
 fi
 
+# ---- --nccl-debug and diagnose on a real NCCL init (issue 7) -------------------
+if [[ $built -eq 1 ]]; then
+  echo "== ddplaunch --nccl-debug=INFO ddptrain --backend nccl, then ddplaunch diagnose --json"
+  "$build/launcher/ddplaunch" --nproc-per-node=1 --nccl-debug=INFO --log-dir "$logs/nccl-job" --rdzv-id ncclrun \
+    "$build/worker/ddptrain/ddptrain" --backend nccl --device cuda --steps 20 --log-every 10 2>&1 | tee "$logs/ddptrain-nccl.log"
+  rc=${PIPESTATUS[0]}
+  "$build/launcher/ddplaunch" diagnose "$logs/nccl-job/ncclrun" --json > "$logs/diagnose.json" 2>&1
+  diag=$("$python" - "$logs/diagnose.json" <<'PY'
+import json, sys
+try:
+    d = json.load(open(sys.argv[1]))
+except ValueError:
+    print("no JSON"); sys.exit(0)
+r0 = [r for r in d.get("ranks", []) if r.get("rank") == 0]
+print("rank 0 init complete" if r0 and r0[0].get("init_complete") else "rank 0 NOT complete",
+      "|", ", ".join(sorted({t.get("transport", "?") for t in d.get("transports", [])})) or "no transports")
+PY
+)
+  if [[ $rc -eq 0 && "$diag" == "rank 0 init complete"* ]]; then row "ddptrain nccl + diagnose" ok "$diag"; else row "ddptrain nccl + diagnose" FAIL "exit $rc; $diag"; overall=1; fi
+fi
+
 # ---- NCCL all-reduce benchmark under ddplaunch --------------------------------
 if [[ $built -eq 1 ]]; then
   echo "== ddplaunch --nproc-per-node=1 ddpbench allreduce --backend nccl --sizes $sizes"
