@@ -34,29 +34,25 @@ import argparse
 import json
 import os
 import re
-import secrets
 import signal
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+from bench_runs import BenchError, Run  # noqa: E402
+
 REPO_ROOT = os.path.dirname(os.path.dirname(HERE))
 PEER = os.path.join(HERE, "torch_allreduce_peer.py")
 
 TARGET_RATIO = 1.0
 TARGET_FROM_BYTES = 1 << 20     # the target applies from 1 MiB up
 PREFIX_RE = re.compile(r"^\[\d+:\d+\] ")
-TOKEN_VAR = "DDP_ALLREDUCE_BENCH_TOKEN"
 
 _SCALE = {"": 1, "K": 1 << 10, "k": 1 << 10, "KiB": 1 << 10,
           "M": 1 << 20, "MiB": 1 << 20, "G": 1 << 30, "GiB": 1 << 30}
-
-
-class BenchError(Exception):
-    """A run itself failed (as opposed to a target being missed)."""
 
 
 def parse_size(text):
@@ -71,98 +67,6 @@ def human(nbytes):
         if nbytes >= scale and nbytes % scale == 0:
             return f"{nbytes // scale} {unit}"
     return f"{nbytes} B"
-
-
-# ------------------------------------------------------ process bookkeeping
-
-def _marked_pids(token):
-    """Live processes whose environment carries token (the run's workers and
-    anything they started), found through /proc."""
-    tok = f"{TOKEN_VAR}={token}".encode()
-    me = os.getpid()
-    pids = []
-    for name in os.listdir("/proc"):
-        if not name.isdigit() or int(name) == me:
-            continue
-        try:
-            with open(f"/proc/{name}/environ", "rb") as f:
-                if tok not in f.read():
-                    continue
-            with open(f"/proc/{name}/stat") as f:
-                state = f.read().rsplit(")", 1)[1].split()[0]
-        except OSError:
-            continue
-        if state not in ("Z", "X"):
-            pids.append(int(name))
-    return pids
-
-
-def _kill_marked(token, rounds=20):
-    for _ in range(rounds):
-        pids = _marked_pids(token)
-        if not pids:
-            return
-        for pid in pids:
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except OSError:
-                pass
-        time.sleep(0.05)
-
-
-class Run:
-    """One ddplaunch job in its own session, with a timeout; on exit from the
-    `with` block the launcher's group and every process carrying the run's
-    token (ddplaunch gives each worker its own process group) are SIGKILLed
-    and the launcher is reaped."""
-
-    def __init__(self, cmd, env, tmp, name):
-        self.cmd = cmd
-        self.token = secrets.token_hex(8)
-        self.env = dict(env, **{TOKEN_VAR: self.token})
-        self.out_path = os.path.join(tmp, f"{name}.stdout")
-        self.err_path = os.path.join(tmp, f"{name}.stderr")
-        self.proc = None
-
-    def __enter__(self):
-        with open(self.out_path, "wb") as out, open(self.err_path, "wb") as err:
-            self.proc = subprocess.Popen(self.cmd, stdin=subprocess.DEVNULL, stdout=out,
-                                         stderr=err, env=self.env, start_new_session=True)
-        return self
-
-    def __exit__(self, *exc):
-        if self.proc is None:
-            return
-        if self.proc.poll() is None:
-            try:
-                os.killpg(self.proc.pid, signal.SIGKILL)
-            except OSError:
-                pass
-        try:
-            self.proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            pass
-        _kill_marked(self.token)
-
-    def wait(self, timeout):
-        try:
-            return self.proc.wait(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            raise BenchError(f"{' '.join(self.cmd)}: still running after {timeout} s, killed"
-                             + self.tail()) from None
-
-    def stdout(self):
-        with open(self.out_path, errors="replace") as f:
-            return f.read()
-
-    def tail(self, lines=15):
-        parts = []
-        for label, path in (("stdout", self.out_path), ("stderr", self.err_path)):
-            with open(path, errors="replace") as f:
-                t = f.read().splitlines()[-lines:]
-            if t:
-                parts.append(f"\n  {label} (tail):\n    " + "\n    ".join(t))
-        return "".join(parts)
 
 
 # ------------------------------------------------------------ measurement

@@ -49,6 +49,8 @@ import tempfile
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+from bench_runs import TOKEN_VAR, BenchError, kill_marked, marked_pids  # noqa: E402
 REPO = os.path.dirname(os.path.dirname(HERE))
 SHIM = os.path.join(HERE, "torchrun_shim.py")
 TORCH_SCRIPT = os.path.join(REPO, "tests", "integration", "workers", "torch_ddp_fault.py")
@@ -65,54 +67,17 @@ SCRUB = {"RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK", "
          "ROLE_RANK", "ROLE_NAME", "ROLE_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"}
 
 
-class BenchError(Exception):
-    pass
-
-
 def free_port():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
 
 
-def marked(token):
-    tok = token.encode()
-    found = []
-    for name in os.listdir("/proc"):
-        if not name.isdigit() or int(name) == os.getpid():
-            continue
-        try:
-            with open(f"/proc/{name}/environ", "rb") as f:
-                if tok not in f.read():
-                    continue
-            with open(f"/proc/{name}/stat", "rb") as f:
-                data = f.read().decode("ascii", "replace")
-            if data[data.rindex(")") + 2:].split()[0] in ("Z", "X"):
-                continue
-        except (OSError, ValueError):
-            continue
-        found.append(int(name))
-    return found
-
-
-def kill_marked(token):
-    for _ in range(50):
-        pids = marked(token)
-        if not pids:
-            return
-        for pid in pids:
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except OSError:
-                pass
-        time.sleep(0.05)
-
-
 def run_once(cmd, env, report_re, timeout):
     """Runs cmd in its own session, reading its combined output line by line.
     Returns a dict of monotonic times (fault, report, exit), rc and the text."""
-    token = "faultbench" + secrets.token_hex(6)
-    env = dict(env, FAULT_BENCH_TOKEN=token)
+    token = secrets.token_hex(8)
+    env = dict(env, **{TOKEN_VAR: token})
     t0 = time.monotonic()
     proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, env=env, start_new_session=True)
@@ -155,7 +120,7 @@ def run_once(cmd, env, report_re, timeout):
         proc.wait()
         proc.stdout.close()
         time.sleep(0.3)          # the launcher's own teardown, if it is still finishing
-        leftovers = marked(token)
+        leftovers = marked_pids(token)
         kill_marked(token)
     if buf:
         lines.append(buf.decode("utf-8", "replace"))

@@ -35,21 +35,21 @@ import argparse
 import json
 import os
 import re
-import secrets
 import signal
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+from bench_runs import BenchError, Run  # noqa: E402
+
 REPO_ROOT = os.path.dirname(os.path.dirname(HERE))
 REFERENCE = os.path.join(REPO_ROOT, "tests", "integration", "workers", "torch_ddp_mlp.py")
 
 TARGET_RATIO = 0.85
 TARGET_HIDDEN = 0.50
-TOKEN_VAR = "DDP_TRAIN_BENCH_TOKEN"
 SIDES = ("ddptrain", "torch")
 
 RANK0_RE = re.compile(r"^\[\d+:0\] (.*)$")
@@ -58,104 +58,8 @@ DONE_RE = re.compile(r"^ddptrain: done: .*step ([0-9.]+) ms, comm hidden (\d+)%"
 PARAMS_RE = re.compile(r"^ddptrain: mlp, (\d+) parameters")
 
 
-class BenchError(Exception):
-    """A run itself failed (as opposed to a target being missed)."""
-
-
 def parameter_count(sizes):
     return sum(a * b + b for a, b in zip(sizes, sizes[1:]))
-
-
-# ------------------------------------------------------ process bookkeeping
-
-def _marked_pids(token):
-    """Live processes whose environment carries the run's token, from /proc."""
-    tok = f"{TOKEN_VAR}={token}".encode()
-    me = os.getpid()
-    pids = []
-    for name in os.listdir("/proc"):
-        if not name.isdigit() or int(name) == me:
-            continue
-        try:
-            with open(f"/proc/{name}/environ", "rb") as f:
-                if tok not in f.read():
-                    continue
-            with open(f"/proc/{name}/stat") as f:
-                state = f.read().rsplit(")", 1)[1].split()[0]
-        except OSError:
-            continue
-        if state not in ("Z", "X"):
-            pids.append(int(name))
-    return pids
-
-
-def _kill_marked(token, rounds=20):
-    for _ in range(rounds):
-        pids = _marked_pids(token)
-        if not pids:
-            return
-        for pid in pids:
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except OSError:
-                pass
-        time.sleep(0.05)
-
-
-class Run:
-    """One command in its own session, with a timeout; on exit from the `with`
-    block its process group and every process carrying the run's token
-    (ddplaunch gives each worker its own process group) are SIGKILLed and the
-    command is reaped."""
-
-    def __init__(self, cmd, env, tmp, name):
-        self.cmd = [str(c) for c in cmd]
-        self.token = secrets.token_hex(8)
-        self.env = dict(env, **{TOKEN_VAR: self.token})
-        self.out_path = os.path.join(tmp, f"{name}.stdout")
-        self.err_path = os.path.join(tmp, f"{name}.stderr")
-        self.proc = None
-
-    def __enter__(self):
-        with open(self.out_path, "wb") as out, open(self.err_path, "wb") as err:
-            self.proc = subprocess.Popen(self.cmd, stdin=subprocess.DEVNULL, stdout=out,
-                                         stderr=err, env=self.env, start_new_session=True)
-        return self
-
-    def __exit__(self, *exc):
-        if self.proc is None:
-            return
-        if self.proc.poll() is None:
-            try:
-                os.killpg(self.proc.pid, signal.SIGKILL)
-            except OSError:
-                pass
-        try:
-            self.proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            pass
-        _kill_marked(self.token)
-
-    def wait(self, timeout):
-        """Exit code; BenchError when it is still running after timeout s."""
-        try:
-            return self.proc.wait(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            raise BenchError(f"{' '.join(self.cmd)}: still running after {timeout} s, killed"
-                             + self.tail()) from None
-
-    def stdout(self):
-        with open(self.out_path, errors="replace") as f:
-            return f.read()
-
-    def tail(self, lines=15):
-        parts = []
-        for label, path in (("stdout", self.out_path), ("stderr", self.err_path)):
-            with open(path, errors="replace") as f:
-                t = f.read().splitlines()[-lines:]
-            if t:
-                parts.append(f"\n  {label} (tail):\n    " + "\n    ".join(t))
-        return "".join(parts)
 
 
 def run_checked(cmd, env, tmp, name, timeout):
