@@ -188,3 +188,34 @@ class DoctorTest(unittest.TestCase):
 
 if __name__ == "__main__":
     unittest.main()
+
+
+class PreflightTest(unittest.TestCase):
+    """`ddplaunch --preflight`: the doctor's checks before a job; a failing
+    check means nothing is started."""
+
+    def setUp(self):
+        self.tmp = Path(tempfile.mkdtemp(prefix="ddp-preflight-"))
+        self.addCleanup(shutil.rmtree, self.tmp, ignore_errors=True)
+
+    def launch(self, extra_env):
+        marker = self.tmp / "ran"
+        env = {k: v for k, v in os.environ.items() if not k.endswith("_SOCKET_IFNAME")}
+        env.update(TMPDIR=str(self.tmp), **extra_env)
+        r = subprocess.run([BIN, "--preflight", "--nproc-per-node=2", f"--log-dir={self.tmp}/logs", "--log-level=warn",
+                            "/bin/sh", "-c", f"touch {marker}.$RANK"],
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=60, env=env)
+        return r, sorted(p.name for p in self.tmp.glob("ran.*"))
+
+    def test_passing_checks_start_the_job(self):
+        r, ran = self.launch({})
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertRegex(r.stderr, r"summary: \d+ ok, \d+ warn, 0 fail")
+        self.assertEqual(ran, ["ran.0", "ran.1"])
+
+    def test_a_failing_check_starts_nothing(self):
+        r, ran = self.launch({"NCCL_SOCKET_IFNAME": "bogus0"})
+        self.assertEqual(r.returncode, 2, r.stderr)
+        self.assertIn("fail  NCCL_SOCKET_IFNAME: 'bogus0'", r.stderr)
+        self.assertIn("ddplaunch: error: preflight failed", r.stderr)
+        self.assertEqual(ran, [])
