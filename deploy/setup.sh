@@ -15,6 +15,11 @@ export PYTHON_EXEC=${PYTHON_EXEC:-/usr/bin/python3}
 
 bash "$repo/deploy/install-deps.sh"
 
+# ccache across clones: paths relative to the checkout, so a fresh clone (CI)
+# reuses the objects an earlier clone compiled.
+export CCACHE_BASEDIR=${CCACHE_BASEDIR:-$repo}
+export CCACHE_NOHASHDIR=${CCACHE_NOHASHDIR:-true}
+
 cmake -S "$repo" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
 cmake --build "$build" -j "$jobs"
 
