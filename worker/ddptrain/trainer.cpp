@@ -212,6 +212,23 @@ class Trainer {
 
   // --- one step ---------------------------------------------------------------
 
+  // As PyTorch 2's zero_grad(set_to_none=True): autograd then hands each new
+  // gradient over instead of adding it to zeros (saves a memset and an add
+  // over every gradient per step). Gradients that are bucket views must stay
+  // views, so those are zeroed in place.
+  void clear_gradients() {
+    torch::NoGradGuard no_grad;
+    for (auto& p : params_) {
+      torch::Tensor& grad = p.mutable_grad();
+      if (!grad.defined()) continue;
+      if (o_.grad_as_bucket_view) {
+        grad.zero_();
+      } else {
+        grad.reset();
+      }
+    }
+  }
+
   void train_step(int64_t s) {
     TrainingProgress& progress = group_->progress();
     progress.begin_step(s);
@@ -221,7 +238,7 @@ class Trainer {
     progress.set_phase(Phase::kData);
     const double lr = schedule_.at(s);
     for (auto& g : optimizer_->param_groups()) g.options().set_lr(lr);
-    optimizer_->zero_grad();
+    clear_gradients();
 
     const torch::Tensor indices = shard_indices(s, group_->rank, group_->world_size, o_.batch_size, data_->size(),
                                                 o_.shuffle ? std::optional<uint64_t>(o_.seed) : std::nullopt);

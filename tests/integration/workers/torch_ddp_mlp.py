@@ -81,6 +81,8 @@ def parse_args(argv):
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--init", help="initial parameters: a torch.save'd state_dict")
     p.add_argument("--save-final", help="write the final parameters (rank 0)")
+    p.add_argument("--bucket-cap-mb", type=float, default=25.0, help="DDP's bucket_cap_mb")
+    p.add_argument("--grad-as-bucket-view", action="store_true", help="DDP's gradient_as_bucket_view")
     p.add_argument("--bench", action="store_true", help="time the steps, print JSON lines")
     p.add_argument("--warmup", type=int, default=3, help="--bench: untimed steps first")
     p.add_argument("--write-data", metavar="F", help="write a data set and exit")
@@ -138,7 +140,9 @@ def train(args):
                          f"do not fit --mlp-sizes {args.mlp_sizes}")
     samples = x.size(0)
 
-    net = nn.parallel.DistributedDataParallel(model) if distributed else model
+    net = (nn.parallel.DistributedDataParallel(model, bucket_cap_mb=args.bucket_cap_mb,
+                                               gradient_as_bucket_view=args.grad_as_bucket_view)
+           if distributed else model)
     optimizer = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=args.momentum,
                                 weight_decay=args.weight_decay)
     times, first_loss, loss_value = [], None, None
@@ -146,7 +150,7 @@ def train(args):
         t0 = time.perf_counter()
         idx = shard(s, rank, world, args.batch_size, samples)
         xb, yb = x.index_select(0, idx), y.index_select(0, idx)
-        optimizer.zero_grad()
+        optimizer.zero_grad(set_to_none=True)  # PyTorch 2's default; ddptrain does the same
         loss = F.cross_entropy(net(xb), yb)
         loss.backward()
         optimizer.step()
