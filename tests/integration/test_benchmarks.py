@@ -1,0 +1,138 @@
+"""The benchmarks under tests/bench still run: each one once, at its smallest
+settings, against the real binaries and its real peer (Debian's torch and
+torchrun). These check that a benchmark works, completes and reports sane,
+self-consistent figures (both sides measured, ratios = peer / ours, targets
+judged from those figures, nothing left running), not how fast anything is:
+speed targets live in the benchmarks' own output."""
+
+import json
+import os
+import subprocess
+import unittest
+import uuid
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+BENCH = HERE.parent / "bench"
+PYTHON = os.environ.get("PYTHON_EXEC") or "/usr/bin/python3"
+DDPTRAIN = os.environ.get("DDPTRAIN_BIN")
+
+
+# Every process a benchmark starts inherits this variable (the launchers pass
+# the environment on), so leftovers can be found even while other tests run
+# the same programs.
+MARK_VAR = "DDP_BENCH_SMOKE_MARK"
+
+
+def run_bench(script, *args, mark, timeout=120):
+    env = dict(os.environ, PYTHONDONTWRITEBYTECODE="1", **{MARK_VAR: mark})
+    res = subprocess.run([PYTHON, str(BENCH / script), *map(str, args)], capture_output=True, text=True,
+                         timeout=timeout, env=env)
+    if res.returncode != 0:
+        raise AssertionError(f"{script} exited {res.returncode}\nstdout:\n{res.stdout[-3000:]}\n"
+                             f"stderr:\n{res.stderr[-3000:]}")
+    return res
+
+
+def json_document(res):
+    """The one JSON line of a --json run."""
+    docs = [json.loads(l) for l in res.stdout.splitlines() if l.startswith("{")]
+    if len(docs) != 1:
+        raise AssertionError(f"expected one JSON line, got {len(docs)}:\n{res.stdout[-3000:]}")
+    return docs[0]
+
+
+def processes_marked(mark):
+    """Pids whose environment carries this run's mark."""
+    needle = f"{MARK_VAR}={mark}".encode()
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            environ = (entry / "environ").read_bytes()
+        except OSError:
+            continue
+        if needle in environ.split(b"\0"):
+            found.append(int(entry.name))
+    return found
+
+
+class BenchmarkSmokeTest(unittest.TestCase):
+
+    def setUp(self):
+        self.mark = uuid.uuid4().hex
+
+    def tearDown(self):
+        left = processes_marked(self.mark)
+        for pid in left:
+            try:
+                os.kill(pid, 9)
+            except OSError:
+                pass
+        self.assertEqual(left, [], "processes of the benchmark outlived it")
+
+    def bench(self, script, *args, timeout=120):
+        return run_bench(script, *args, mark=self.mark, timeout=timeout)
+
+    def test_allreduce_bench(self):
+        res = self.bench("allreduce_bench.py", "--sizes", "64K,1M", "--repeat", 1, "--iters", 2, "--warmup", 1,
+                        "--json")
+        doc = json_document(res)
+        self.assertEqual([r["bytes"] for r in doc["rows"]], [64 << 10, 1 << 20])
+        for row in doc["rows"]:
+            self.assertGreater(row["ddplaunch_seconds"], 0)
+            self.assertGreater(row["torch_seconds"], 0)
+            self.assertAlmostEqual(row["ratio"], row["torch_seconds"] / row["ddplaunch_seconds"], places=6)
+        target_row = doc["rows"][1]  # 1 MiB: the target applies from there up
+        self.assertEqual(target_row["met"], target_row["ratio"] >= 1.0)
+        self.assertIn("busbw", res.stdout)
+
+    @unittest.skipUnless(DDPTRAIN, "needs ddptrain (built with LibTorch)")
+    def test_train_bench(self):
+        res = self.bench("train_bench.py", "--mlp-sizes", "16,32,4", "--samples", 64, "--batch-size", 4,
+                        "--steps", 3, "--warmup", 1, "--repeat", 1, "--bucket-cap-mb", "25,0.001", "--json",
+                        timeout=180)
+        doc = json_document(res)
+        self.assertEqual(doc["parameters"], 16 * 32 + 32 + 32 * 4 + 4)
+        configs = doc["configurations"]
+        self.assertEqual([c["bucket_cap_mb"] for c in configs], [25, 0.001])
+        for c in configs:
+            for key in ("ddptrain_step_s", "torch_step_s", "floor_step_s"):
+                self.assertGreater(c[key], 0, key)
+            self.assertAlmostEqual(c["ratio"], c["ddptrain_step_s"] / c["torch_step_s"], places=6)
+            self.assertEqual(c["ratio_met"], c["ratio"] <= doc["target"]["ratio"])
+            self.assertGreaterEqual(c["hidden"], 0)
+            self.assertLessEqual(c["hidden"], 1)
+        self.assertEqual(res.stdout.count("floor (no comm)"), 2)
+
+    @unittest.skipUnless(DDPTRAIN, "needs ddptrain (built with LibTorch)")
+    def test_fault_bench(self):
+        res = self.bench("fault_bench.py", "--repeat", 1, "--hang-timeout", 2, "--torch-timeout", 4, "--json",
+                        timeout=150)
+        doc = json_document(res)
+        self.assertEqual(doc["failed"], [])
+        rows = {(r["launcher"], r["kind"]): r for r in doc["results"]}
+        self.assertEqual(set(rows), {(l, k) for l in ("ddplaunch", "torchrun") for k in ("crash", "hang")})
+        self.assertTrue(rows[("ddplaunch", "crash")]["names_culprit"])
+        self.assertTrue(rows[("ddplaunch", "hang")]["names_culprit"])
+        self.assertEqual(rows[("ddplaunch", "hang")]["exit_codes"], [124])  # the documented hang exit code
+        # A hang is reported after the hang timeout, not before it.
+        self.assertGreaterEqual(rows[("ddplaunch", "hang")]["median_s"], 2.0)
+
+    def test_launch_bench(self):
+        res = self.bench("launch_bench.py", "--repeat", 1, "--fast-peer-interval", 0, "--json")
+        doc = json_document(res)
+        for side in ("ddplaunch", "torchrun"):
+            self.assertEqual(doc[side]["leftover_pids"], [], side)
+            self.assertGreater(doc[side]["launch_median_s"], 0, side)
+            self.assertGreater(doc[side]["teardown_median_s"], 0, side)
+
+    def test_diagnose_bench(self):
+        res = self.bench("diagnose_bench.py", "--size", "4M", "--ranks", 8, "--repeat", 1)
+        self.assertIn("ranks complete: 8/8", res.stdout)
+        self.assertRegex(res.stdout, r"ddplaunch diagnose --json \(1 core\)\s+[0-9.]+ s\s+[0-9]+ MB/s")
+
+
+if __name__ == "__main__":
+    unittest.main()
