@@ -327,6 +327,26 @@ class JoinTimeoutTest(MultiNodeTestCase):
         self.assertEqual(list(self.outdir.iterdir()), [], "a worker ran without a world")
         self.assert_no_leftovers()
 
+    def test_a_long_wait_says_the_others_have_not_joined(self):
+        # node 0 hosts the coordinator, so it is connected: what is missing is node 1
+        res = self.finish_all([self.start_agent(2, 1, [PROBE, str(self.outdir)], node_rank=0,
+                                                conf="join_timeout=6")], timeout=20)[0]
+        self.assertEqual(res.rc, EXIT_RDZV, res.describe())
+        self.assertIn("rendezvous: still waiting after 5 s: connected to the coordinator; waiting for the "
+                      "other node(s) to join", res.err, res.describe())
+        self.assert_no_leftovers()
+
+    def test_a_long_wait_says_the_coordinator_does_not_answer(self):
+        # node 1 alone: nobody listens at the endpoint
+        res = self.finish_all([self.start_agent(2, 1, [PROBE, str(self.outdir)], node_rank=1,
+                                                conf="join_timeout=5.5")], timeout=25)[0]
+        self.assertEqual(res.rc, EXIT_RDZV, res.describe())
+        self.assertIn("rendezvous: still waiting after 5 s: the coordinator does not answer yet", res.err,
+                      res.describe())
+        self.assertIn("could not reach the coordinator", res.err, res.describe())
+        self.assertEqual(list(self.outdir.iterdir()), [], "a worker ran without a world")
+        self.assert_no_leftovers()
+
     def test_two_agents_of_three_time_out(self):
         t0 = time.monotonic()
         launches = self.start_agents(3, 1, [PROBE, str(self.outdir)], node_ranks=[0, 2],

@@ -6,6 +6,8 @@
 
 #include <future>
 
+#include <spdlog/spdlog.h>
+
 #include "coordinator/grpc_status.h"
 
 namespace ddp {
@@ -30,6 +32,21 @@ void set_deadline(grpc::ClientContext& ctx, Duration timeout) {
 }
 
 int64_t to_ms(Duration d) { return std::chrono::duration_cast<std::chrono::milliseconds>(d).count(); }
+
+// What a long rendezvous is waiting for, from the channel's side: whether the
+// coordinator answers at all, or the other nodes have not joined yet.
+const char* join_wait_reason(grpc_connectivity_state state) {
+  switch (state) {
+    case GRPC_CHANNEL_READY:
+      return "connected to the coordinator; waiting for the other node(s) to join";
+    case GRPC_CHANNEL_TRANSIENT_FAILURE:
+      return "the coordinator does not answer yet (connection refused or failed; retrying)";
+    case GRPC_CHANNEL_CONNECTING:
+      return "still connecting to the coordinator";
+    default:
+      return "not connected to the coordinator yet";
+  }
+}
 
 }  // namespace
 
@@ -80,8 +97,17 @@ Status CoordinatorClient::join(const JoinParams& p, int max_restarts, Duration t
   std::promise<grpc::Status> done;
   auto finished = done.get_future();
   stub_->async()->Join(&ctx, &req, &reply, [&done](grpc::Status status) { done.set_value(std::move(status)); });
+  constexpr auto kProgressEvery = std::chrono::seconds(5);
+  auto next_progress = std::chrono::steady_clock::now() + kProgressEvery;
+  int waited_s = 0;
   while (finished.wait_for(std::chrono::milliseconds(100)) != std::future_status::ready) {
     if (should_abort && should_abort()) ctx.TryCancel();
+    if (std::chrono::steady_clock::now() >= next_progress) {
+      next_progress += kProgressEvery;
+      waited_s += static_cast<int>(kProgressEvery.count());
+      spdlog::info("rendezvous: still waiting after {} s: {}", waited_s,
+                   join_wait_reason(channel_->GetState(/*try_to_connect=*/false)));
+    }
   }
   const Status s = from_grpc(finished.get());
   if (!s.ok()) return s;
