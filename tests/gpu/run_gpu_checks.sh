@@ -14,8 +14,8 @@
 #   .deps/  (git-ignored, at the repository root; or set DDP_DEPS=/path)
 #       the Debian 12 packages of deploy/install-deps.sh's "launcher",
 #       "coordinator protocol", Gloo and GoogleTest lines, with their runtime
-#       libraries, extracted with `dpkg -x PKG.deb .deps` on a Debian machine
-#       (apt-get download PKG ...; for f in *.deb; do dpkg -x "$f" .deps; done).
+#       libraries: `bash tests/gpu/fetch_deps.sh` on a Debian machine makes it
+#       (about 50 MiB, under what one device call carries).
 #       Not Debian's libtorch: the wheel's LibTorch is the one used here.
 #
 # Environment: DDP_DEPS (default .deps), BUILD_DIR (default build-gpu),
