@@ -330,10 +330,13 @@ class JoinTimeoutTest(MultiNodeTestCase):
     def test_a_long_wait_says_the_others_have_not_joined(self):
         # node 0 hosts the coordinator, so it is connected: what is missing is node 1
         res = self.finish_all([self.start_agent(2, 1, [PROBE, str(self.outdir)], node_rank=0,
-                                                conf="join_timeout=6")], timeout=20)[0]
+                                                conf="join_timeout=7")], timeout=20)[0]
         self.assertEqual(res.rc, EXIT_RDZV, res.describe())
         self.assertIn("rendezvous: still waiting after 5 s: connected to the coordinator; waiting for the "
                       "other node(s) to join", res.err, res.describe())
+        # and the coordinator (hosted by this agent) says which node is missing
+        self.assertRegex(res.err, r"rendezvous of job \S+: 1 of 2 node\(s\) joined generation 0 \(hosts: [^)]+\); "
+                                  r"not joined yet: node rank\(s\) 1\n", res.describe())
         self.assert_no_leftovers()
 
     def test_a_long_wait_says_the_coordinator_does_not_answer(self):

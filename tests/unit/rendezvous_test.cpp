@@ -65,6 +65,37 @@ TEST_F(RendezvousTest, JoinIsParkedUntilNnodesAgentsHaveJoined) {
   for (const auto& f : fired) EXPECT_TRUE(f.status.ok()) << f.status.message();
 }
 
+TEST_F(RendezvousTest, WaitingSummaryNamesTheJoinedHostsAndTheMissingRanks) {
+  Rendezvous rdzv(4, 1);
+  rdzv.open(0);
+  EXPECT_FALSE(rdzv.waiting_summary());  // nobody waits yet
+  join(rdzv, params(rdzv, "h0", 0));
+  join(rdzv, params(rdzv, "h3", 3));
+  EXPECT_EQ(rdzv.waiting_summary().value_or(""),
+            "2 of 4 node(s) joined generation 0 (hosts: h0, h3); not joined yet: node rank(s) 1, 2");
+  join(rdzv, params(rdzv, "h1", 1));
+  join(rdzv, params(rdzv, "h2", 2));
+  EXPECT_TRUE(rdzv.complete());
+  EXPECT_FALSE(rdzv.waiting_summary());  // formed: nothing to wait for
+}
+
+TEST_F(RendezvousTest, WaitingSummaryWithAutoRanksCannotNameTheMissingRanks) {
+  Rendezvous rdzv(3, 1);
+  rdzv.open(0);
+  join(rdzv, params(rdzv, "a", 0));
+  join(rdzv, params(rdzv, "b"));  // holds no rank until the world forms
+  EXPECT_EQ(rdzv.waiting_summary().value_or(""), "2 of 3 node(s) joined generation 0 (hosts: a, b)");
+}
+
+TEST_F(RendezvousTest, WaitingSummaryOfAThousandNodesStaysOneShortLine) {
+  Rendezvous rdzv(1000, 1);
+  rdzv.open(0);
+  for (int r = 0; r < 990; ++r) join(rdzv, params(rdzv, "h" + std::to_string(r), r));
+  const std::string line = rdzv.waiting_summary().value_or("");
+  EXPECT_EQ(line, "990 of 1000 node(s) joined generation 0 (hosts: h0, h1, h2, h3, h4, h5, h6, h7, ...); "
+                  "not joined yet: node rank(s) 990, 991, 992, 993, 994, 995, 996, 997, ...");
+}
+
 TEST_F(RendezvousTest, CallbacksAreReturnedToTheCallerNotRunByTheRendezvous) {
   Rendezvous rdzv(1, 1);
   rdzv.open(0);

@@ -365,12 +365,26 @@ Status CoordinatorJob::nccl_id(int64_t generation, const std::string& comm_key, 
   return Status::Ok();
 }
 
+void CoordinatorJob::report_waiting_joins(SteadyTime now) {
+  constexpr auto kEvery = std::chrono::seconds(5);
+  const std::optional<std::string> waiting = rendezvous_.waiting_summary();
+  if (!waiting) {
+    next_rendezvous_report_.reset();
+  } else if (!next_rendezvous_report_) {
+    next_rendezvous_report_ = now + kEvery;  // a rendezvous that forms at once says nothing
+  } else if (now >= *next_rendezvous_report_) {
+    *next_rendezvous_report_ += kEvery;
+    spdlog::info("rendezvous of job {}: {}", job_id_, *waiting);
+  }
+}
+
 void CoordinatorJob::tick() {
   Fired fired;
   {
     std::lock_guard<std::mutex> lock(mutex_);
     const SteadyTime now = clock_.now();
     kv_.expire(now, fired.waits);
+    report_waiting_joins(now);
     if (rendezvous_.expire(now, fired.joins)) {
       // The world cannot form: the job is over (its agents exit with a
       // rendezvous failure), and a standalone coordinator may forget it.

@@ -163,6 +163,8 @@ class CoordinatorJob {
   bool has_reported(int node_rank) const;
   void on_world_formed();
   void check_health(SteadyTime now, Fired& fired);
+  /// Every 5 s while joins wait: who joined, who is missing (to the log).
+  void report_waiting_joins(SteadyTime now);
 
   const std::string job_id_;
   const std::string token_;
@@ -189,6 +191,7 @@ class CoordinatorJob {
   HangDetector health_;
   std::optional<HangVerdict> pending_hang_;  // reported, stacks asked for, not yet stopped
   SteadyTime hang_stop_at_{};
+  std::optional<SteadyTime> next_rendezvous_report_;  // while joins wait: when to say so next
   std::vector<int> dump_ranks_;
   std::string hang_report_;
   SteadyTime created_at_;

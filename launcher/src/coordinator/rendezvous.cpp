@@ -110,6 +110,27 @@ void Rendezvous::abort(const Status& status, FiredJoins& fired) {
   rank_taken_.assign(static_cast<size_t>(nnodes_), false);
 }
 
+std::optional<std::string> Rendezvous::waiting_summary() const {
+  if (complete_ || pending_.empty()) return std::nullopt;
+  constexpr size_t kNamed = 8;  // a line, not a list of thousands
+  std::vector<std::string> hosts;
+  for (size_t i = 0; i < pending_.size() && i < kNamed; ++i) hosts.push_back(pending_[i].params.host);
+  std::string line = fmt::format("{} of {} node(s) joined generation {} (hosts: {}{})", pending_.size(), nnodes_,
+                                 generation_, fmt::join(hosts, ", "), pending_.size() > kNamed ? ", ..." : "");
+  std::vector<int> untaken;
+  for (int r = 0; r < nnodes_; ++r) {
+    if (!rank_taken_[static_cast<size_t>(r)]) untaken.push_back(r);
+  }
+  // Only when every joined agent asked for its rank are the free ranks
+  // exactly the missing nodes; an auto-ranked agent holds no rank yet.
+  if (untaken.size() == static_cast<size_t>(nnodes_) - pending_.size()) {
+    const bool more = untaken.size() > kNamed;
+    untaken.resize(std::min(untaken.size(), kNamed));
+    line += fmt::format("; not joined yet: node rank(s) {}{}", fmt::join(untaken, ", "), more ? ", ..." : "");
+  }
+  return line;
+}
+
 bool Rendezvous::expire(SteadyTime now, FiredJoins& fired) {
   if (complete_ || pending_.empty()) return false;
   const bool any_expired =

@@ -13,6 +13,7 @@
 
 #include <functional>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -71,6 +72,11 @@ class Rendezvous {
   bool expire(SteadyTime now, FiredJoins& fired);
   /// Refuses every parked join with status (the coordinator shuts down).
   void abort(const Status& status, FiredJoins& fired);
+
+  /// While agents wait for the rest of the world: who joined and, when the
+  /// joined agents all asked for their ranks, which node ranks are missing.
+  /// Empty when nobody waits.
+  std::optional<std::string> waiting_summary() const;
 
   /// The hosts of the formed world, by node rank.
   const std::vector<std::string>& hosts() const { return hosts_by_rank_; }
