@@ -232,6 +232,25 @@ class GlooCollective final : public Collective {
     });
   }
 
+  at::Tensor new_reduction_buffer(int64_t numel, const at::TensorOptions& options) override {
+    const at::ScalarType type = options.dtype().toScalarType();
+    const bool shm_dtype_ok = type == at::kFloat || type == at::kDouble || type == at::kInt || type == at::kLong ||
+                              type == at::kChar || type == at::kByte;
+    if (!shm_ || !shm_dtype_ok || numel <= 0 || !options.device().is_cpu()) {
+      return Collective::new_reduction_buffer(numel, options);
+    }
+    const size_t bytes = static_cast<size_t>(numel) * c10::elementSize(type);
+    // Registering takes barriers on the shared segment, so it runs on the
+    // backend thread between collectives, as one of them.
+    std::shared_ptr<void> memory;
+    auto work = enqueue("register_buffer", static_cast<int64_t>(bytes), dtype_name(type), -1,
+                        [this, bytes, &memory](uint32_t) { memory = shm_->register_buffer(bytes); });
+    work->wait();  // rethrows a failure (a dead peer, the timeout)
+    if (!memory) return Collective::new_reduction_buffer(numel, options);  // /dev/shm refused some rank
+    void* data = memory.get();
+    return at::from_blob(data, {numel}, [memory](void*) {}, options.requires_grad(false));
+  }
+
  private:
   struct Op {
     uint64_t sequence;

@@ -159,7 +159,8 @@ void Reducer::build_buckets(const std::vector<int64_t>& order) {
     const PlannedBucket& pb = plan_[b];
     auto bucket = std::make_unique<Bucket>();
     const at::Tensor& first = params_[static_cast<size_t>(pb.params.front())];
-    bucket->flat = at::zeros({pb.numel}, first.options().requires_grad(false));
+    // Collective: the plan, and so this sequence of calls, is the same on every rank.
+    bucket->flat = collective_->new_reduction_buffer(pb.numel, first.options().requires_grad(false));
     for (size_t pos = 0; pos < pb.params.size(); ++pos) {
       const size_t index = static_cast<size_t>(pb.params[pos]);
       const at::Tensor& p = params_[index];

@@ -9,7 +9,10 @@ iterations and warm-up, and measure the same thing:
                init_process_group("gloo"), torch.distributed.all_reduce);
   * for information, ddplaunch again with DDP_GLOO_SHM=0 ("tcp"): the
     runtime's all-reduce over Gloo's TCP ring like torch's, without the
-    shared-memory path it takes when all ranks share one host.
+    shared-memory path it takes when all ranks share one host;
+  * for information, ddplaunch on reduction buffers ("bucket": `--buffer
+    reduction`), the shared memory DDP's buckets live in, which the ranks
+    reduce in place without copying through the slots.
 
 Per size each side fills the tensor with rank+1, barriers, times one synchronous
 all-reduce SUM, repeats --iters times after --warmup untimed ones, checks the
@@ -76,8 +79,9 @@ def side_command(impl, args, log_dir):
                 f"--log-dir={log_dir}"]
     common = ["--sizes", ",".join(str(s) for s in args.sizes), "--iters", str(args.iters),
               "--warmup", str(args.warmup), "--dtype", args.dtype, "--json"]
-    if impl in ("ddplaunch", "tcp"):
-        return launcher + [args.ddpbench, "allreduce", "--backend", "gloo"] + common
+    if impl in ("ddplaunch", "tcp", "bucket"):
+        extra = ["--buffer", "reduction"] if impl == "bucket" else []
+        return launcher + [args.ddpbench, "allreduce", "--backend", "gloo"] + extra + common
     return launcher + [PEER] + common
 
 
@@ -112,7 +116,7 @@ def run_side(impl, args, env, tmp, index):
         tail = run.tail()
     by_bytes = {}
     for row in rows:
-        if row.get("impl") != ("ddplaunch" if impl == "tcp" else impl):
+        if row.get("impl") != ("ddplaunch" if impl in ("tcp", "bucket") else impl):
             raise BenchError(f"{impl}: a result line says impl={row.get('impl')!r}")
         if row.get("ranks") != args.ranks:
             raise BenchError(f"{impl}: a result line says ranks={row.get('ranks')}, "
@@ -130,7 +134,7 @@ def run_side(impl, args, env, tmp, index):
 
 def measure(args, env, log):
     """Alternating runs; {impl: {bytes: [row, ...]}}."""
-    sides = ("ddplaunch", "torch") if args.no_tcp else ("ddplaunch", "torch", "tcp")
+    sides = ("ddplaunch", "torch", "bucket") if args.no_tcp else ("ddplaunch", "torch", "bucket", "tcp")
     samples = {impl: {} for impl in sides}
     with tempfile.TemporaryDirectory(prefix="allreduce-bench-") as tmp:
         for r in range(args.repeat):
@@ -159,6 +163,8 @@ def summarize(samples, args):
         ratio = peer_s / ours_s if ours_s > 0 else float("inf")
         tcp = samples.get("tcp", {}).get(nbytes, [])
         tcp_s = statistics.median(r["seconds"] for r in tcp) if tcp else None
+        bucket = samples.get("bucket", {}).get(nbytes, [])
+        bucket_s = statistics.median(r["seconds"] for r in bucket) if bucket else None
         targeted = nbytes >= TARGET_FROM_BYTES
         rows.append({
             "bytes": nbytes,
@@ -171,6 +177,8 @@ def summarize(samples, args):
             "met": (ratio >= TARGET_RATIO) if targeted else None,
             "tcp_seconds": tcp_s,
             "tcp_ratio": (peer_s / tcp_s) if tcp_s else None,
+            "bucket_seconds": bucket_s,
+            "bucket_ratio": (peer_s / bucket_s) if bucket_s else None,
             "ddplaunch_samples_s": [r["seconds"] for r in ours],
             "torch_samples_s": [r["seconds"] for r in peer],
         })
@@ -179,15 +187,19 @@ def summarize(samples, args):
 
 def format_table(rows):
     header = ["size", "ddplaunch us", "torch us", "ratio", "busbw ddplaunch GB/s",
-              "busbw torch GB/s", "target", "met?", "tcp us (info)", "tcp ratio"]
+              "busbw torch GB/s", "target", "met?", "bucket us (info)", "bucket ratio", "tcp us (info)",
+              "tcp ratio"]
     lines = [header]
     for r in rows:
         tcp = r.get("tcp_seconds")
+        bucket = r.get("bucket_seconds")
         lines.append([human(r["bytes"]), f"{r['ddplaunch_seconds'] * 1e6:.1f}",
                       f"{r['torch_seconds'] * 1e6:.1f}", f"{r['ratio']:.2f}x",
                       f"{r['ddplaunch_busbw_gbps']:.3f}", f"{r['torch_busbw_gbps']:.3f}",
                       f">= {r['target_ratio']:.1f}x" if r["target_ratio"] is not None else "(info)",
                       "-" if r["met"] is None else ("yes" if r["met"] else "NO"),
+                      f"{bucket * 1e6:.1f}" if bucket else "-",
+                      f"{r['bucket_ratio']:.2f}x" if bucket else "-",
                       f"{tcp * 1e6:.1f}" if tcp else "-",
                       f"{r['tcp_ratio']:.2f}x" if tcp else "-"])
     widths = [max(len(l[i]) for l in lines) for i in range(len(header))]

@@ -84,6 +84,7 @@ class BenchmarkSmokeTest(unittest.TestCase):
             self.assertGreater(row["ddplaunch_seconds"], 0)
             self.assertGreater(row["torch_seconds"], 0)
             self.assertAlmostEqual(row["ratio"], row["torch_seconds"] / row["ddplaunch_seconds"], places=6)
+            self.assertGreater(row["bucket_seconds"], 0)  # the reduction-buffer (DDP bucket) run
         target_row = doc["rows"][1]  # 1 MiB: the target applies from there up
         self.assertEqual(target_row["met"], target_row["ratio"] >= 1.0)
         self.assertIn("busbw", res.stdout)

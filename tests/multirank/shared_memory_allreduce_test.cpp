@@ -13,6 +13,8 @@
 #include <ATen/ATen.h>
 
 #include <chrono>
+#include <cstring>
+#include <filesystem>
 #include <future>
 #include <new>
 #include <string>
@@ -70,6 +72,163 @@ TEST_P(ShmWorld, ManyChunksEqualTheSumInRankOrderOnEveryRank) {
 
 INSTANTIATE_TEST_SUITE_P(Worlds, ShmWorld, ::testing::Values(2, 3, 6),
                          [](const ::testing::TestParamInfo<int>& p) { return "world" + std::to_string(p.param); });
+
+// Registered buffers: the ranks read each other's memory in place. The result
+// must be the very bits of the slot path: the sum in rank order, on every rank.
+class RegisteredWorld : public ::testing::TestWithParam<int> {};
+
+std::vector<std::string> ddp_shm_names() {
+  std::vector<std::string> names;
+  for (const auto& entry : std::filesystem::directory_iterator("/dev/shm")) {
+    const std::string name = entry.path().filename().string();
+    if (name.rfind("ddp-shm-" + std::to_string(getpid()) + "-", 0) == 0) names.push_back(name);
+  }
+  return names;
+}
+
+TEST_P(RegisteredWorld, InPlaceSumsEqualTheSlotPathBitForBit) {
+  const int world = GetParam();
+  const int64_t n = (1 << 20) + 12345;  // not a multiple of anything
+  const int64_t offset = 1000, part = 70001;  // a sub-range, as a bucket inside a bigger buffer
+  auto store = make_in_memory_store();
+  std::vector<at::Tensor> whole(world), ranged(world), through_slots(world);
+  std::vector<size_t> leftover_names(world, 99);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < world; ++r) {
+    threads.emplace_back([&, r] {
+      std::string why;
+      auto shm = SharedMemoryAllreduce::connect(*store, r, world, 10000ms, &why);
+      ASSERT_NE(shm, nullptr) << why;
+      std::shared_ptr<void> memory = shm->register_buffer(static_cast<size_t>(n) * sizeof(float));
+      ASSERT_NE(memory, nullptr);
+      at::Tensor buf = at::from_blob(memory.get(), {n}, at::kFloat);
+      EXPECT_TRUE(at::equal(buf, at::zeros({n}, at::kFloat))) << "a registered buffer starts zeroed";
+      buf.copy_(noise(n, r));
+      shm->all_reduce(buf.data_ptr(), static_cast<size_t>(n), ShmDtype::kFloat32, false);
+      whole[r] = buf.clone();
+      buf.copy_(noise(n, r));
+      shm->all_reduce(buf.narrow(0, offset, part).data_ptr(), static_cast<size_t>(part), ShmDtype::kFloat32, false);
+      ranged[r] = buf.clone();
+      at::Tensor plain = noise(n, r);  // ordinary memory: the slot path
+      shm->all_reduce(plain.data_ptr(), static_cast<size_t>(n), ShmDtype::kFloat32, false);
+      through_slots[r] = plain;
+      EXPECT_EQ(shm->in_place_ops(), 2u) << "rank " << r << ": the registered ops went through the slots";
+      leftover_names[r] = ddp_shm_names().size();
+    });
+  }
+  for (auto& t : threads) t.join();
+  at::Tensor expected = noise(n, 0);
+  for (int r = 1; r < world; ++r) expected = expected + noise(n, r);
+  for (int r = 0; r < world; ++r) {
+    ASSERT_TRUE(whole[r].defined() && ranged[r].defined()) << "rank " << r;
+    EXPECT_TRUE(at::equal(whole[r], expected)) << "rank " << r;
+    EXPECT_TRUE(at::equal(through_slots[r], whole[r])) << "rank " << r << ": the two paths differ";
+    at::Tensor want = noise(n, r);
+    want.narrow(0, offset, part).copy_(expected.narrow(0, offset, part));
+    EXPECT_TRUE(at::equal(ranged[r], want)) << "rank " << r << ": only the range is reduced";
+    EXPECT_EQ(leftover_names[r], 0u) << "registered segments are unlinked once all have mapped them";
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Worlds, RegisteredWorld, ::testing::Values(2, 3, 6),
+                         [](const ::testing::TestParamInfo<int>& p) { return "world" + std::to_string(p.param); });
+
+TEST(RegisteredBuffer, AverageInFloat64AndMixedWithUnregisteredRanks) {
+  auto store = make_in_memory_store();
+  std::vector<at::Tensor> avg(2), mixed(2);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < 2; ++r) {
+    threads.emplace_back([&, r] {
+      auto shm = SharedMemoryAllreduce::connect(*store, r, 2, 10000ms);
+      ASSERT_NE(shm, nullptr);
+      auto memory = shm->register_buffer(5000 * sizeof(double));
+      ASSERT_NE(memory, nullptr);
+      at::Tensor buf = at::from_blob(memory.get(), {5000}, at::kDouble);
+      buf.fill_(2.0 * (r + 1));
+      shm->all_reduce(buf.data_ptr(), 5000, ShmDtype::kFloat64, true);
+      avg[r] = buf.clone();
+      // Rank 0 passes its registered buffer, rank 1 ordinary memory: the
+      // ranks see that they disagree and all go through the slots.
+      at::Tensor plain = at::full({5000}, 10.0, at::kDouble);
+      buf.fill_(1.0);
+      at::Tensor& mine = r == 0 ? buf : plain;
+      shm->all_reduce(mine.data_ptr(), 5000, ShmDtype::kFloat64, false);
+      mixed[r] = mine.clone();
+      EXPECT_EQ(shm->in_place_ops(), 1u) << "rank " << r << ": only the first op was in place";
+    });
+  }
+  for (auto& t : threads) t.join();
+  for (int r = 0; r < 2; ++r) {
+    EXPECT_TRUE(at::equal(avg[r], at::full({5000}, 3.0, at::kDouble))) << "rank " << r;
+    EXPECT_TRUE(at::equal(mixed[r], at::full({5000}, 11.0, at::kDouble))) << "rank " << r;
+  }
+}
+
+TEST(RegisteredBuffer, SizesThatDisagreeGiveNoBufferOnAnyRankAndTheGroupGoesOn) {
+  auto store = make_in_memory_store();
+  std::vector<int> got(2, -1);
+  std::vector<at::Tensor> after(2);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < 2; ++r) {
+    threads.emplace_back([&, r] {
+      auto shm = SharedMemoryAllreduce::connect(*store, r, 2, 10000ms);
+      ASSERT_NE(shm, nullptr);
+      got[r] = shm->register_buffer(r == 0 ? 4096 : 3 * 4096) != nullptr;
+      at::Tensor t = at::full({100}, 1.0f + r);
+      shm->all_reduce(t.data_ptr(), 100, ShmDtype::kFloat32, false);
+      after[r] = t;
+    });
+  }
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(got, (std::vector<int>{0, 0}));
+  for (int r = 0; r < 2; ++r) EXPECT_TRUE(at::equal(after[r], at::full({100}, 3.0f))) << "rank " << r;
+  EXPECT_TRUE(ddp_shm_names().empty());
+}
+
+TEST(RegisteredBuffer, OutlivesItsCommunicator) {
+  auto store = make_in_memory_store();
+  std::vector<std::shared_ptr<void>> kept(2);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < 2; ++r) {
+    threads.emplace_back([&, r] {
+      auto shm = SharedMemoryAllreduce::connect(*store, r, 2, 10000ms);
+      ASSERT_NE(shm, nullptr);
+      kept[r] = shm->register_buffer(8192);
+    });  // the communicator is gone here
+  }
+  for (auto& t : threads) t.join();
+  for (int r = 0; r < 2; ++r) {
+    ASSERT_NE(kept[r], nullptr);
+    std::memset(kept[r].get(), 0x5a, 8192);  // still mapped
+    EXPECT_EQ(static_cast<unsigned char*>(kept[r].get())[8191], 0x5a);
+  }
+}
+
+// Through the backend: the buffers the reducer asks for are registered ones,
+// and an all_reduce of them gives the same sums as of ordinary tensors.
+TEST(RegisteredBuffer, TheGlooBackendHandsThemOutAndReducesThem) {
+  auto store = make_in_memory_store();
+  GlooOptions options;
+  options.timeout = 20s;
+  std::vector<at::Tensor> results(2);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < 2; ++r) {
+    threads.emplace_back([&, r] {
+      auto c = make_gloo_collective(store, r, 2, options);
+      at::Tensor buf = c->new_reduction_buffer(300000, at::TensorOptions(at::kFloat));
+      EXPECT_EQ(buf.sizes(), at::IntArrayRef({300000}));
+      EXPECT_TRUE(at::equal(buf, at::zeros({300000}, at::kFloat)));
+      buf.copy_(noise(300000, r));
+      ASSERT_TRUE(c->all_reduce(buf, ReduceOp::kSum)->wait(10s));
+      results[r] = buf.clone();
+      at::Tensor half = c->new_reduction_buffer(10, at::TensorOptions(at::kHalf));  // not for shared memory
+      EXPECT_EQ(half.scalar_type(), at::kHalf);
+    });
+  }
+  for (auto& t : threads) t.join();
+  const at::Tensor expected = noise(300000, 0) + noise(300000, 1);
+  for (int r = 0; r < 2; ++r) EXPECT_TRUE(at::equal(results[r], expected)) << "rank " << r;
+}
 
 TEST(SharedMemoryAllreduce, RanksOnDifferentHostsAllFallBack) {
   auto store = make_in_memory_store();

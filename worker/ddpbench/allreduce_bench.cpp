@@ -42,6 +42,8 @@ CLI::App* add_allreduce_command(CLI::App& app, AllreduceBenchOptions& o) {
   cmd->add_option("--iters", o.iters)->check(CLI::PositiveNumber);
   cmd->add_option("--dtype", o.dtype)->check(CLI::IsMember({"float32", "float64", "float16", "bfloat16"}));
   cmd->add_flag("--json", o.json, "one JSON line per size");
+  cmd->add_option("--buffer", o.buffer, "plain tensors, or reduction buffers (what DDP's buckets use)")
+      ->check(CLI::IsMember({"plain", "reduction"}));
   return cmd;
 }
 
@@ -59,14 +61,15 @@ int run_allreduce_bench(const AllreduceBenchOptions& o) {
   const auto on_device = at::TensorOptions().device(device);
   const int64_t element = static_cast<int64_t>(c10::elementSize(dtype));
   if (root && !o.json) {
-    std::printf("# ddpbench allreduce: %d ranks, backend %s, dtype %s (%s)\n", n, comm.backend().c_str(),
-                o.dtype.c_str(), group->source.c_str());
+    std::printf("# ddpbench allreduce: %d ranks, backend %s, dtype %s, %s buffers (%s)\n", n,
+                comm.backend().c_str(), o.dtype.c_str(), o.buffer.c_str(), group->source.c_str());
     std::printf("%12s %12s %10s %10s %10s\n", "size(B)", "count", "time(us)", "algbw(GB/s)", "busbw(GB/s)");
   }
   bool all_right = true;
   for (const std::string& size_text : o.sizes) {
     const int64_t count = std::max<int64_t>(1, parse_size(size_text) / element);
-    at::Tensor t = at::empty({count}, on_device.dtype(dtype));
+    at::Tensor t = o.buffer == "reduction" ? comm.new_reduction_buffer(count, on_device.dtype(dtype))
+                                           : at::empty({count}, on_device.dtype(dtype));
     for (int i = 0; i < o.warmup; ++i) {
       t.fill_(1);
       comm.all_reduce(t, ReduceOp::kSum)->wait();
@@ -95,6 +98,7 @@ int run_allreduce_bench(const AllreduceBenchOptions& o) {
     if (o.json) {
       nlohmann::json row = {{"bench", "allreduce"}, {"impl", "ddplaunch"}, {"backend", comm.backend()},
                             {"ranks", n},          {"dtype", o.dtype},      {"bytes", count * element},
+                            {"buffer", o.buffer},
                             {"seconds", seconds},  {"algbw_gbps", algbw},   {"busbw_gbps", busbw},
                             {"correct", right}};
       std::printf("%s\n", row.dump().c_str());

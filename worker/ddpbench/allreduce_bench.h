@@ -19,6 +19,9 @@ struct AllreduceBenchOptions {
   int iters = 10;
   std::string dtype = "float32";
   bool json = false;  // one JSON line per size instead of the table
+  // "plain": ordinary tensors; "reduction": Collective::new_reduction_buffer,
+  // the memory DDP's buckets live in (shared memory on one host with Gloo).
+  std::string buffer = "plain";
 };
 
 CLI::App* add_allreduce_command(CLI::App& app, AllreduceBenchOptions& options);

@@ -66,6 +66,16 @@ class Collective {
   virtual std::shared_ptr<Work> all_gather(at::Tensor input, at::Tensor output) = 0;
   virtual std::shared_ptr<Work> barrier() = 0;
 
+  /// A zero-filled 1-D tensor for data this communicator will all_reduce
+  /// again and again (the reducer's buckets). Collective: every rank calls it
+  /// in the same order with the same numel and dtype, from the thread that
+  /// issues its collectives. A backend that can reduce such memory more
+  /// cheaply hands out its own (the Gloo backend on one host: shared memory
+  /// the peers read in place); otherwise, and by default, an ordinary tensor.
+  virtual at::Tensor new_reduction_buffer(int64_t numel, const at::TensorOptions& options) {
+    return at::zeros({numel}, options);
+  }
+
   virtual const FlightRecorder& flight_record() const = 0;
 };
 
