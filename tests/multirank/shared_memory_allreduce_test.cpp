@@ -34,6 +34,23 @@ at::Tensor noise(int64_t n, int rank) {
   return at::sin(at::arange(n, at::kFloat) * (0.37f + rank)) * 1000.0f + 1e-3f * rank;
 }
 
+// Runs body(rank, group) on `world` threads, each with its own connected
+// group (as separate processes would have), and joins them all.
+template <typename Body>
+void on_ranks(int world, Body body) {
+  auto store = make_in_memory_store();
+  std::vector<std::thread> threads;
+  for (int r = 0; r < world; ++r) {
+    threads.emplace_back([&, r] {
+      std::string why;
+      auto shm = SharedMemoryAllreduce::connect(*store, r, world, 10000ms, &why);
+      ASSERT_NE(shm, nullptr) << why;
+      body(r, *shm);
+    });
+  }
+  for (auto& t : threads) t.join();
+}
+
 // Up to 4 ranks each sums whole chunks; beyond, each sums a slice and copies
 // the result out: both paths, over several chunks and a ragged tail.
 class ShmWorld : public ::testing::TestWithParam<int> {};
@@ -43,26 +60,18 @@ TEST_P(ShmWorld, ManyChunksEqualTheSumInRankOrderOnEveryRank) {
   const int64_t n = 5 * (1 << 20) + 12345;
   at::Tensor expected = noise(n, 0);
   for (int r = 1; r < world; ++r) expected = expected + noise(n, r);
-  auto store = make_in_memory_store();
   std::vector<at::Tensor> results(world);
   std::vector<size_t> slots(world);
-  std::vector<std::thread> threads;
-  for (int r = 0; r < world; ++r) {
-    threads.emplace_back([&, r] {
-      std::string why;
-      auto shm = SharedMemoryAllreduce::connect(*store, r, world, 10000ms, &why);
-      ASSERT_NE(shm, nullptr) << why;
-      slots[r] = shm->slot_bytes();
-      at::Tensor t = noise(n, r);
-      shm->all_reduce(t.data_ptr(), static_cast<size_t>(n), ShmDtype::kFloat32, false);
-      results[r] = t;
-      // A second op reuses the alternate slot set.
-      at::Tensor d = at::full({1000}, 2.0 * (r + 1), at::kDouble);
-      shm->all_reduce(d.data_ptr(), 1000, ShmDtype::kFloat64, true);
-      EXPECT_TRUE(at::equal(d, at::full({1000}, world + 1.0, at::kDouble)));
-    });
-  }
-  for (auto& t : threads) t.join();
+  on_ranks(world, [&](int r, SharedMemoryAllreduce& shm) {
+    slots[r] = shm.slot_bytes();
+    at::Tensor t = noise(n, r);
+    shm.all_reduce(t.data_ptr(), static_cast<size_t>(n), ShmDtype::kFloat32, false);
+    results[r] = t;
+    // A second op reuses the alternate slot set.
+    at::Tensor d = at::full({1000}, 2.0 * (r + 1), at::kDouble);
+    shm.all_reduce(d.data_ptr(), 1000, ShmDtype::kFloat64, true);
+    EXPECT_TRUE(at::equal(d, at::full({1000}, world + 1.0, at::kDouble)));
+  });
   ASSERT_LT(slots[0] * 4, static_cast<size_t>(n) * sizeof(float)) << "the test should span several chunks";
   for (int r = 0; r < world; ++r) {
     ASSERT_TRUE(results[r].defined()) << "rank " << r;
@@ -90,33 +99,25 @@ TEST_P(RegisteredWorld, InPlaceSumsEqualTheSlotPathBitForBit) {
   const int world = GetParam();
   const int64_t n = (1 << 20) + 12345;  // not a multiple of anything
   const int64_t offset = 1000, part = 70001;  // a sub-range, as a bucket inside a bigger buffer
-  auto store = make_in_memory_store();
   std::vector<at::Tensor> whole(world), ranged(world), through_slots(world);
   std::vector<size_t> leftover_names(world, 99);
-  std::vector<std::thread> threads;
-  for (int r = 0; r < world; ++r) {
-    threads.emplace_back([&, r] {
-      std::string why;
-      auto shm = SharedMemoryAllreduce::connect(*store, r, world, 10000ms, &why);
-      ASSERT_NE(shm, nullptr) << why;
-      std::shared_ptr<void> memory = shm->register_buffer(static_cast<size_t>(n) * sizeof(float));
-      ASSERT_NE(memory, nullptr);
-      at::Tensor buf = at::from_blob(memory.get(), {n}, at::kFloat);
-      EXPECT_TRUE(at::equal(buf, at::zeros({n}, at::kFloat))) << "a registered buffer starts zeroed";
-      buf.copy_(noise(n, r));
-      shm->all_reduce(buf.data_ptr(), static_cast<size_t>(n), ShmDtype::kFloat32, false);
-      whole[r] = buf.clone();
-      buf.copy_(noise(n, r));
-      shm->all_reduce(buf.narrow(0, offset, part).data_ptr(), static_cast<size_t>(part), ShmDtype::kFloat32, false);
-      ranged[r] = buf.clone();
-      at::Tensor plain = noise(n, r);  // ordinary memory: the slot path
-      shm->all_reduce(plain.data_ptr(), static_cast<size_t>(n), ShmDtype::kFloat32, false);
-      through_slots[r] = plain;
-      EXPECT_EQ(shm->in_place_ops(), 2u) << "rank " << r << ": the registered ops went through the slots";
-      leftover_names[r] = ddp_shm_names().size();
-    });
-  }
-  for (auto& t : threads) t.join();
+  on_ranks(world, [&](int r, SharedMemoryAllreduce& shm) {
+    std::shared_ptr<void> memory = shm.register_buffer(static_cast<size_t>(n) * sizeof(float));
+    ASSERT_NE(memory, nullptr);
+    at::Tensor buf = at::from_blob(memory.get(), {n}, at::kFloat);
+    EXPECT_TRUE(at::equal(buf, at::zeros({n}, at::kFloat))) << "a registered buffer starts zeroed";
+    buf.copy_(noise(n, r));
+    shm.all_reduce(buf.data_ptr(), static_cast<size_t>(n), ShmDtype::kFloat32, false);
+    whole[r] = buf.clone();
+    buf.copy_(noise(n, r));
+    shm.all_reduce(buf.narrow(0, offset, part).data_ptr(), static_cast<size_t>(part), ShmDtype::kFloat32, false);
+    ranged[r] = buf.clone();
+    at::Tensor plain = noise(n, r);  // ordinary memory: the slot path
+    shm.all_reduce(plain.data_ptr(), static_cast<size_t>(n), ShmDtype::kFloat32, false);
+    through_slots[r] = plain;
+    EXPECT_EQ(shm.in_place_ops(), 2u) << "rank " << r << ": the registered ops went through the slots";
+    leftover_names[r] = ddp_shm_names().size();
+  });
   at::Tensor expected = noise(n, 0);
   for (int r = 1; r < world; ++r) expected = expected + noise(n, r);
   for (int r = 0; r < world; ++r) {
@@ -134,30 +135,23 @@ INSTANTIATE_TEST_SUITE_P(Worlds, RegisteredWorld, ::testing::Values(2, 3, 6),
                          [](const ::testing::TestParamInfo<int>& p) { return "world" + std::to_string(p.param); });
 
 TEST(RegisteredBuffer, AverageInFloat64AndMixedWithUnregisteredRanks) {
-  auto store = make_in_memory_store();
   std::vector<at::Tensor> avg(2), mixed(2);
-  std::vector<std::thread> threads;
-  for (int r = 0; r < 2; ++r) {
-    threads.emplace_back([&, r] {
-      auto shm = SharedMemoryAllreduce::connect(*store, r, 2, 10000ms);
-      ASSERT_NE(shm, nullptr);
-      auto memory = shm->register_buffer(5000 * sizeof(double));
-      ASSERT_NE(memory, nullptr);
-      at::Tensor buf = at::from_blob(memory.get(), {5000}, at::kDouble);
-      buf.fill_(2.0 * (r + 1));
-      shm->all_reduce(buf.data_ptr(), 5000, ShmDtype::kFloat64, true);
-      avg[r] = buf.clone();
-      // Rank 0 passes its registered buffer, rank 1 ordinary memory: the
-      // ranks see that they disagree and all go through the slots.
-      at::Tensor plain = at::full({5000}, 10.0, at::kDouble);
-      buf.fill_(1.0);
-      at::Tensor& mine = r == 0 ? buf : plain;
-      shm->all_reduce(mine.data_ptr(), 5000, ShmDtype::kFloat64, false);
-      mixed[r] = mine.clone();
-      EXPECT_EQ(shm->in_place_ops(), 1u) << "rank " << r << ": only the first op was in place";
-    });
-  }
-  for (auto& t : threads) t.join();
+  on_ranks(2, [&](int r, SharedMemoryAllreduce& shm) {
+    auto memory = shm.register_buffer(5000 * sizeof(double));
+    ASSERT_NE(memory, nullptr);
+    at::Tensor buf = at::from_blob(memory.get(), {5000}, at::kDouble);
+    buf.fill_(2.0 * (r + 1));
+    shm.all_reduce(buf.data_ptr(), 5000, ShmDtype::kFloat64, true);
+    avg[r] = buf.clone();
+    // Rank 0 passes its registered buffer, rank 1 ordinary memory: the
+    // ranks see that they disagree and all go through the slots.
+    at::Tensor plain = at::full({5000}, 10.0, at::kDouble);
+    buf.fill_(1.0);
+    at::Tensor& mine = r == 0 ? buf : plain;
+    shm.all_reduce(mine.data_ptr(), 5000, ShmDtype::kFloat64, false);
+    mixed[r] = mine.clone();
+    EXPECT_EQ(shm.in_place_ops(), 1u) << "rank " << r << ": only the first op was in place";
+  });
   for (int r = 0; r < 2; ++r) {
     EXPECT_TRUE(at::equal(avg[r], at::full({5000}, 3.0, at::kDouble))) << "rank " << r;
     EXPECT_TRUE(at::equal(mixed[r], at::full({5000}, 11.0, at::kDouble))) << "rank " << r;
@@ -165,38 +159,23 @@ TEST(RegisteredBuffer, AverageInFloat64AndMixedWithUnregisteredRanks) {
 }
 
 TEST(RegisteredBuffer, SizesThatDisagreeGiveNoBufferOnAnyRankAndTheGroupGoesOn) {
-  auto store = make_in_memory_store();
   std::vector<int> got(2, -1);
   std::vector<at::Tensor> after(2);
-  std::vector<std::thread> threads;
-  for (int r = 0; r < 2; ++r) {
-    threads.emplace_back([&, r] {
-      auto shm = SharedMemoryAllreduce::connect(*store, r, 2, 10000ms);
-      ASSERT_NE(shm, nullptr);
-      got[r] = shm->register_buffer(r == 0 ? 4096 : 3 * 4096) != nullptr;
-      at::Tensor t = at::full({100}, 1.0f + r);
-      shm->all_reduce(t.data_ptr(), 100, ShmDtype::kFloat32, false);
-      after[r] = t;
-    });
-  }
-  for (auto& t : threads) t.join();
+  on_ranks(2, [&](int r, SharedMemoryAllreduce& shm) {
+    got[r] = shm.register_buffer(r == 0 ? 4096 : 3 * 4096) != nullptr;
+    at::Tensor t = at::full({100}, 1.0f + r);
+    shm.all_reduce(t.data_ptr(), 100, ShmDtype::kFloat32, false);
+    after[r] = t;
+  });
   EXPECT_EQ(got, (std::vector<int>{0, 0}));
   for (int r = 0; r < 2; ++r) EXPECT_TRUE(at::equal(after[r], at::full({100}, 3.0f))) << "rank " << r;
   EXPECT_TRUE(ddp_shm_names().empty());
 }
 
 TEST(RegisteredBuffer, OutlivesItsCommunicator) {
-  auto store = make_in_memory_store();
   std::vector<std::shared_ptr<void>> kept(2);
-  std::vector<std::thread> threads;
-  for (int r = 0; r < 2; ++r) {
-    threads.emplace_back([&, r] {
-      auto shm = SharedMemoryAllreduce::connect(*store, r, 2, 10000ms);
-      ASSERT_NE(shm, nullptr);
-      kept[r] = shm->register_buffer(8192);
-    });  // the communicator is gone here
-  }
-  for (auto& t : threads) t.join();
+  on_ranks(2, [&](int r, SharedMemoryAllreduce& shm) { kept[r] = shm.register_buffer(8192); });
+  // on_ranks has destroyed every communicator here
   for (int r = 0; r < 2; ++r) {
     ASSERT_NE(kept[r], nullptr);
     std::memset(kept[r].get(), 0x5a, 8192);  // still mapped
