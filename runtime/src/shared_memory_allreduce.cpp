@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -341,7 +342,12 @@ std::shared_ptr<void> SharedMemoryAllreduce::register_buffer(size_t bytes) {
   reg->bases.assign(static_cast<size_t>(size_), nullptr);
   std::string why;
   const std::string name = random_name();
-  void* own = create_segment(name, reg->length, why);  // zero-filled, reserved
+  // Buckets are optional here, so they never take more than half of what
+  // /dev/shm has left: other users of it (data loader workers) come first.
+  struct statvfs fs {};
+  const bool room = statvfs("/dev/shm", &fs) == 0 &&
+                    reg->length <= static_cast<size_t>(fs.f_bavail) * static_cast<size_t>(fs.f_frsize) / 2;
+  void* own = room ? create_segment(name, reg->length, why) : nullptr;  // zero-filled, reserved
   reg->bases[static_cast<size_t>(rank_)] = own;
   ShmRegistration& mine = header->registration[rank_];
   std::memset(mine.name, 0, kNameBytes);

@@ -67,7 +67,8 @@ class SharedMemoryAllreduce {
   /// all-reduces again and again (the reducer's buckets). The memory stays
   /// mapped while the returned pointer or a copy of it lives, also after this
   /// object is gone. nullptr on every rank alike when some rank could not
-  /// create or map its buffer (/dev/shm full, say): use ordinary memory then.
+  /// create or map its buffer, or when it would take more than half of what
+  /// /dev/shm has left on some rank: use ordinary memory then.
   std::shared_ptr<void> register_buffer(size_t bytes);
 
   /// Bytes of one slot (the chunk size).
