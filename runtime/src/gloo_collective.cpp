@@ -9,6 +9,7 @@
 #include <deque>
 #include <functional>
 #include <mutex>
+#include <optional>
 #include <thread>
 #include <utility>
 
@@ -64,7 +65,8 @@ void gloo_allreduce_sum(const std::shared_ptr<gloo::Context>& ctx, void* data, s
   gloo::allreduce(opts);
 }
 
-ShmDtype shm_dtype(at::ScalarType t) {
+// The dtypes the shared-memory path sums natively; none for the others.
+std::optional<ShmDtype> shm_dtype_of(at::ScalarType t) {
   switch (t) {
     case at::kFloat: return ShmDtype::kFloat32;
     case at::kDouble: return ShmDtype::kFloat64;
@@ -72,8 +74,13 @@ ShmDtype shm_dtype(at::ScalarType t) {
     case at::kLong: return ShmDtype::kInt64;
     case at::kChar: return ShmDtype::kInt8;
     case at::kByte: return ShmDtype::kUint8;
-    default: throw CollectiveError("unsupported dtype " + dtype_name(t));
+    default: return std::nullopt;
   }
+}
+
+ShmDtype shm_dtype(at::ScalarType t) {
+  if (const auto d = shm_dtype_of(t)) return *d;
+  throw CollectiveError("unsupported dtype " + dtype_name(t));
 }
 
 bool reducible(at::ScalarType t) {
@@ -234,9 +241,7 @@ class GlooCollective final : public Collective {
 
   at::Tensor new_reduction_buffer(int64_t numel, const at::TensorOptions& options) override {
     const at::ScalarType type = options.dtype().toScalarType();
-    const bool shm_dtype_ok = type == at::kFloat || type == at::kDouble || type == at::kInt || type == at::kLong ||
-                              type == at::kChar || type == at::kByte;
-    if (!shm_ || !shm_dtype_ok || numel <= 0 || !options.device().is_cpu()) {
+    if (!shm_ || !shm_dtype_of(type) || numel <= 0 || !options.device().is_cpu()) {
       return Collective::new_reduction_buffer(numel, options);
     }
     const size_t bytes = static_cast<size_t>(numel) * c10::elementSize(type);
@@ -247,8 +252,7 @@ class GlooCollective final : public Collective {
                         [this, bytes, &memory](uint32_t) { memory = shm_->register_buffer(bytes); });
     work->wait();  // rethrows a failure (a dead peer, the timeout)
     if (!memory) return Collective::new_reduction_buffer(numel, options);  // /dev/shm refused some rank
-    void* data = memory.get();
-    return at::from_blob(data, {numel}, [memory](void*) {}, options.requires_grad(false));
+    return at::from_blob(memory.get(), {numel}, [memory](void*) {}, options.requires_grad(false));
   }
 
  private:

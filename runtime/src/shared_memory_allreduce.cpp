@@ -7,13 +7,13 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <utility>
 #include <cerrno>
 #include <cstdint>
 #include <cstring>
 #include <fstream>
 #include <new>
 #include <random>
+#include <utility>
 #include <vector>
 
 namespace ddp {
@@ -150,7 +150,9 @@ void reduce_slice(T* out, const std::vector<const T*>& in, size_t count, bool av
 }
 
 // The same sums as reduce_slice, in the same order (so the same bits), but
-// block by block through a small buffer: out may be one of the inputs.
+// block by block through a small buffer: out may be one of the inputs. Only
+// the registered path needs that; the slot path keeps the straight loops,
+// which measured about 10% faster at 16-64 MiB.
 template <typename T>
 void reduce_slice_blocked(T* out, const std::vector<const T*>& in, size_t count, bool average, int n) {
   constexpr size_t kBlock = 1024;

@@ -85,7 +85,7 @@ class SharedMemoryAllreduce {
   /// The registered buffer holding [data, data + bytes), or null.
   std::shared_ptr<Registered> find_registered(const void* data, size_t bytes);
   void reduce_registered(const Registered& buffer, size_t offset, size_t count, ShmDtype dtype, bool average);
-  void reduce_through_slots(unsigned char* bytes, size_t count, ShmDtype dtype, bool average, bool first_chunk_copied);
+  void reduce_through_slots(unsigned char* bytes, size_t count, ShmDtype dtype, bool average, bool first_chunk_in);
 
   void* base_;
   size_t length_;
@@ -96,8 +96,8 @@ class SharedMemoryAllreduce {
   ShmBarrier barrier_;
   int parity_ = 0;  // which slot set the next chunk uses; advances identically on every rank
   int op_parity_ = 0;  // which descriptor set the next all_reduce uses; likewise
-  uint64_t next_buffer_id_ = 1;
-  uint64_t in_place_ops_ = 0;  // registrations happen in the same order on every rank
+  uint64_t next_buffer_id_ = 1;  // registrations happen in the same order on every rank
+  uint64_t in_place_ops_ = 0;
   std::vector<std::weak_ptr<Registered>> registered_;
 };
 

@@ -17,12 +17,12 @@ same ddplaunch, on the CPU with Gloo:
     No data-parallel step can beat it; step - floor is what DDP costs a side.
 
 A step is the same work on both sides: gather the rank's slice of the batch,
-zero_grad (gradients set to None, PyTorch 2's default), forward, cross-entropy, backward (with the gradient all-reduce),
-optimizer step; after it both sides average the loss over the ranks, outside the
-timed region.  The first --warmup steps of every run are not counted; a run's
-figure is the median of its remaining steps; the two sides run alternately
-(--repeat times each, the order flipped every round) and each side's figure is
-the median over its runs.
+zero_grad (gradients set to None, PyTorch 2's default), forward, cross-entropy,
+backward (with the gradient all-reduce), optimizer step; after it both sides
+average the loss over the ranks, outside the timed region. The first --warmup
+steps of every run are not counted; a run's figure is the median of its
+remaining steps; the two sides run alternately (--repeat times each, the order
+flipped every round) and each side's figure is the median over its runs.
 
 ratio = the median over rounds of ddptrain's step time / torch's in that round
 (below 1: ddptrain faster); pairing the runs of a round cancels most of the
@@ -99,14 +99,13 @@ def training_args(args, data_file):
     return common + (["--grad-as-bucket-view"] if args.grad_as_bucket_view else [])
 
 
-def launcher(args, log_dir):
-    return [args.ddplaunch, f"--nproc-per-node={args.ranks}", "--log-level", "warn",
-            f"--log-dir={log_dir}"]
+def launcher(args, tmp, ranks):
+    return [args.ddplaunch, f"--nproc-per-node={ranks}", "--log-level", "warn",
+            f"--log-dir={os.path.join(tmp, 'logs')}"]
 
 
 def ddptrain_cmd(args, tmp, data_file, ranks):
-    return ([args.ddplaunch, f"--nproc-per-node={ranks}", "--log-level", "warn",
-             f"--log-dir={os.path.join(tmp, 'logs')}", args.ddptrain]
+    return (launcher(args, tmp, ranks) + [args.ddptrain]
             + training_args(args, data_file) + ["--log-every", "1"] + args.ddptrain_args)
 
 
@@ -158,7 +157,7 @@ def run_floor(args, env, tmp, data_file, index):
 
 def run_torch(args, env, tmp, data_file, index):
     name = f"torch_{index}"
-    cmd = (launcher(args, os.path.join(tmp, "logs")) + [args.python, REFERENCE, "--bench"]
+    cmd = (launcher(args, tmp, args.ranks) + [args.python, REFERENCE, "--bench"]
            + training_args(args, data_file) + ["--warmup", str(args.warmup)])
     text, tail = run_checked(cmd, env, tmp, name, args.timeout)
     rows = []
@@ -295,7 +294,7 @@ def parse_args(argv):
     p.add_argument("--grad-as-bucket-view", action="store_true",
                    help="both sides' gradients are views of their buckets (gradient_as_bucket_view)")
     p.add_argument("--ddptrain-args", default="",
-                   help="extra ddptrain options, space-separated (e.g. --ddptrain-args='--bucket-cap-mb 4')")
+                   help="extra ddptrain options, space-separated (e.g. --ddptrain-args='--first-bucket-mb 2')")
     p.add_argument("--json", action="store_true", help="also print one JSON document of all figures")
     p.add_argument("--ddplaunch", default=os.environ.get("DDPLAUNCH_BIN") or
                    os.path.join(REPO_ROOT, "build", "launcher", "ddplaunch"),
