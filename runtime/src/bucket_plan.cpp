@@ -81,11 +81,7 @@ std::vector<PlannedBucket> plan_buckets(const std::vector<BucketParam>& params, 
     const BucketParam& p = params[visit[v]];
     Group& g = groups[{p.dtype, p.device}];
     const int64_t bytes = p.numel * p.element_size;
-    int64_t cap = g.closed == 0 ? caps.first_bucket_cap_bytes : caps.bucket_cap_bytes;
-    if (g.has_open && !g.open.bucket.params.empty() && g.open.bucket.bytes + bytes > cap) {
-      close(g);
-      cap = caps.bucket_cap_bytes;
-    }
+    const int64_t cap = g.closed == 0 ? caps.first_bucket_cap_bytes : caps.bucket_cap_bytes;
     if (!g.has_open) {
       g.open.bucket.dtype = p.dtype;
       g.open.bucket.device = p.device;
@@ -97,7 +93,10 @@ std::vector<PlannedBucket> plan_buckets(const std::vector<BucketParam>& params, 
     b.offsets.push_back(b.numel);
     b.numel += p.numel;
     b.bytes += bytes;
-    if (b.bytes >= cap) close(g);  // full (or one oversized parameter): nothing more fits
+    // Full once it reaches the cap, as PyTorch's: the parameter that crosses
+    // the cap joins the bucket rather than starting the next one, so a
+    // layer's bias and weight (ready at the same moment) share a bucket.
+    if (b.bytes >= cap) close(g);
   }
   for (auto& entry : groups) close(entry.second);
 

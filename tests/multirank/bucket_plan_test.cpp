@@ -34,23 +34,36 @@ TEST(BucketPlan, DefaultIsReverseOrderInOneBucketWhenSmall) {
   EXPECT_EQ(buckets[0].device, "cpu");
 }
 
+// Expected layouts below are what PyTorch's own
+// torch.distributed._compute_bucket_assignment_by_size returns for the same
+// sizes, caps and order (Debian's python3-torch 1.13).
+
 TEST(BucketPlan, FirstBucketUsesTheSmallerCap) {
   // 4 params of 100 bytes; first cap 100 bytes, then 250 bytes.
   auto buckets = plan_buckets(floats({25, 25, 25, 25}), BucketCaps{100, 250});
-  EXPECT_EQ(members(buckets), (std::vector<std::vector<int64_t>>{{3}, {2, 1}, {0}}));
-  EXPECT_EQ(buckets[1].offsets, (std::vector<int64_t>{0, 25}));
+  EXPECT_EQ(members(buckets), (std::vector<std::vector<int64_t>>{{3}, {2, 1, 0}}));
+  EXPECT_EQ(buckets[1].offsets, (std::vector<int64_t>{0, 25, 50}));
 }
 
-TEST(BucketPlan, BucketClosesWhenAddingWouldExceedTheCap) {
-  // 40 + 40 = 80 <= 100 fits; + 40 would exceed -> new bucket.
+TEST(BucketPlan, BucketClosesOnceItReachesTheCap) {
+  // 40 + 40 = 80 < 100 stays open; + 40 = 120 reaches the cap and closes it.
   auto buckets = plan_buckets(floats({10, 10, 10, 10, 10}), BucketCaps{100, 100});
-  EXPECT_EQ(members(buckets), (std::vector<std::vector<int64_t>>{{4, 3}, {2, 1}, {0}}));
+  EXPECT_EQ(members(buckets), (std::vector<std::vector<int64_t>>{{4, 3, 2}, {1, 0}}));
 }
 
-TEST(BucketPlan, OversizedParameterGetsItsOwnBucket) {
+TEST(BucketPlan, OversizedParameterClosesTheBucketItJoins) {
   auto buckets = plan_buckets(floats({5, 1000, 5}), BucketCaps{100, 100});
-  EXPECT_EQ(members(buckets), (std::vector<std::vector<int64_t>>{{2}, {1}, {0}}));
-  EXPECT_EQ(buckets[1].bytes, 4000);
+  EXPECT_EQ(members(buckets), (std::vector<std::vector<int64_t>>{{2, 1}, {0}}));
+  EXPECT_EQ(buckets[0].bytes, 4020);
+}
+
+TEST(BucketPlan, EachLayersBiasSharesItsWeightsBucket) {
+  // MLP 1024,2048,2048,1024,10: fc0.w, fc0.b, fc1.w, fc1.b, ... (float32).
+  const auto mlp = floats({2048 * 1024, 2048, 2048 * 2048, 2048, 1024 * 2048, 1024, 10 * 1024, 10});
+  EXPECT_EQ(members(plan_buckets(mlp, BucketCaps{1 << 20, 25 << 20})),
+            (std::vector<std::vector<int64_t>>{{7, 6, 5, 4}, {3, 2, 1, 0}}));
+  EXPECT_EQ(members(plan_buckets(mlp, BucketCaps{1 << 20, 8 << 20})),
+            (std::vector<std::vector<int64_t>>{{7, 6, 5, 4}, {3, 2}, {1, 0}}));
 }
 
 TEST(BucketPlan, OnePerParameterWithTinyCaps) {

@@ -2,15 +2,14 @@
 // Bucket planning for the DDP reducer: which gradients share a flat buffer
 // and one all-reduce. A pure function, no LibTorch, so it is tested alone.
 //
-// Rules (PyTorch's compute_bucket_assignment_by_size, with the cap rule made
-// strict):
+// Rules (those of PyTorch's compute_bucket_assignment_by_size, so a given
+// --bucket-cap-mb makes the same buckets as in PyTorch's DDP):
 //  - parameters are visited in `order` when given (e.g. the order their
 //    gradients became ready last iteration), else in reverse index order
 //    (the last layer's gradients are ready first in backward);
-//  - each (dtype, device) group fills its own open bucket; a bucket holds
-//    parameters while its byte size stays <= the cap; a parameter that would
-//    push it over the cap closes it and starts the next bucket; a parameter
-//    bigger than the cap on its own gets a bucket of its own;
+//  - each (dtype, device) group fills its own open bucket; a parameter
+//    joins the open bucket, which closes as soon as its byte size reaches
+//    the cap (so a bucket may exceed the cap by its last parameter);
 //  - the first bucket of each group uses first_bucket_cap_bytes, later ones
 //    bucket_cap_bytes;
 //  - buckets are returned in the order their first member was visited, which
