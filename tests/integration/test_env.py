@@ -1,14 +1,27 @@
 """Worker environment, flag spellings, PET_ defaults and how PROGRAM is run."""
 
 import os
+import platform
+import re
 import stat
+import subprocess
 import unittest
 
-from launcher_harness import (LauncherTestCase, PYTHON, WORKERS, free_port, read_stat,
+from launcher_harness import (LauncherTestCase, PYTHON, WORKERS, base_env, free_port, read_stat,
                               worker)
 
 ENV_PY = worker("env_dump.py")
 ENV_SH = worker("env_dump.sh")
+OPENBLAS_PY = worker("openblas_core.py")
+OPENBLAS_RE = re.compile(r"^coretype=(\S+) core=(\S+)$")
+
+
+def cpu_flags():
+    with open("/proc/cpuinfo") as f:
+        for line in f:
+            if line.startswith("flags"):
+                return set(line.split(":", 1)[1].split())
+    return set()
 
 
 def same_file(a, b):
@@ -282,6 +295,54 @@ class EnvTest(LauncherTestCase):
         res = self.run_launcher(["ddpt-env-dump", self.outdir], env=env)
         self.assertEqual(res.rc, 0, res.describe())
         self.assertTrue((self.outdir / "env_0.txt").is_file())
+
+class OpenBlasEnvTest(LauncherTestCase):
+    """Workers run OpenBLAS's kernels for this CPU's widest vector extension
+    (launcher/src/blas/openblas_core.h): where OpenBLAS, left to itself, picks
+    narrower ones, ddplaunch sets OPENBLAS_CORETYPE; a user's own value wins."""
+
+    def setUp(self):
+        super().setUp()
+        if platform.machine() != "x86_64":
+            self.skipTest("OpenBLAS core names here are x86-64's")
+        direct = subprocess.run([PYTHON, OPENBLAS_PY], env=base_env(), capture_output=True, text=True,
+                                timeout=30, check=True).stdout.strip()
+        self.direct_core = OPENBLAS_RE.match(direct).group(2)
+        if self.direct_core == "-":
+            self.skipTest("no libopenblas.so.0 here")
+
+    def worker_cores(self, res, n):
+        self.assertEqual(res.rc, 0, res.describe())
+        cores = {}
+        for rank, lines in res.out_by_rank().items():
+            for line in lines:
+                m = OPENBLAS_RE.match(line)
+                if m:
+                    cores[rank] = (m.group(1), m.group(2))
+        self.assertEqual(sorted(cores), list(range(n)), res.describe())
+        return cores
+
+    def test_workers_get_the_widest_kernels_this_cpu_runs(self):
+        res = self.run_launcher(["--nproc-per-node=2", PYTHON, OPENBLAS_PY])
+        told = f"picks its {self.direct_core} kernels on this CPU"
+        for rank, (coretype, core) in self.worker_cores(res, 2).items():
+            with self.subTest(rank=rank):
+                if coretype == "-":  # OpenBLAS's own choice was already right
+                    self.assertEqual(core, self.direct_core)
+                    self.assertNotIn(told, res.err)
+                else:
+                    self.assertEqual(core, coretype)
+                    self.assertNotEqual(core, self.direct_core)
+                    self.assertIn(told, res.err, res.describe())
+                if {"avx2", "fma"} <= cpu_flags():
+                    self.assertNotEqual(core, "Prescott", "generic SSE3 kernels on an AVX2 CPU")
+
+    def test_the_users_own_coretype_wins(self):
+        res = self.run_launcher(["--nproc-per-node=2", PYTHON, OPENBLAS_PY],
+                                env_extra={"OPENBLAS_CORETYPE": "Prescott"})
+        for rank, (coretype, core) in self.worker_cores(res, 2).items():
+            self.assertEqual((coretype, core), ("Prescott", "Prescott"), f"rank {rank}")
+        self.assertNotIn("picks its", res.err)
 
 
 if __name__ == "__main__":

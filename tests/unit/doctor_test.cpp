@@ -10,6 +10,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <set>
 #include <stdexcept>
 
 #include "doctor/doctor_command.h"
@@ -39,7 +40,8 @@ struct Fake {
   DiskInfo default_disk{true, "", uint64_t{50} << 30, true, ""};
   BlasInfo blas{"/usr/lib/x86_64-linux-gnu/openblas-pthread/libblas.so.3",
                 "/etc/alternatives/libblas.so.3-x86_64-linux-gnu", true, false, false,
-                "OpenBLAS 0.3.21 DYNAMIC_ARCH NO_AFFINITY Haswell MAX_THREADS=64", ""};
+                "OpenBLAS 0.3.21 DYNAMIC_ARCH NO_AFFINITY Haswell MAX_THREADS=64", "Haswell", ""};
+  std::set<std::string> cpu_flags{"sse4_2", "avx", "avx2", "fma"};
   // What the checks asked for.
   std::vector<std::string> bound, connected, routed, measured;
 
@@ -74,6 +76,7 @@ struct Fake {
       return d;
     };
     p.blas = [this] { return blas; };
+    p.cpu_flags = [this] { return cpu_flags; };
     return p;
   }
 };
@@ -525,10 +528,25 @@ TEST(DoctorBlas, OpenBlasIsOk) {
   EXPECT_THAT(c.reason, HasSubstr("openblas-pthread/libblas.so.3"));
 }
 
+TEST(DoctorBlas, OpenBlasOnGenericKernelsWarnsAndNamesTheCoreType) {
+  Fake f;
+  f.blas.config = "OpenBLAS 0.3.21 NO_LAPACKE DYNAMIC_ARCH NO_AFFINITY Prescott MAX_THREADS=64";
+  f.blas.core = "Prescott";
+  f.cpu_flags = {"sse4_2", "avx", "avx2", "fma", "avx512f", "avx512cd", "avx512bw", "avx512dq", "avx512vl",
+                 "avx512_bf16"};
+  const auto& c = find(blas_checks({}, f.probe()), "BLAS");
+  EXPECT_EQ(c.level, CheckLevel::kWarn);
+  EXPECT_THAT(c.reason, HasSubstr("picks its Prescott kernels on a CPU with AVX-512 with BF16"));
+  EXPECT_THAT(c.reason, HasSubstr("OPENBLAS_CORETYPE=Cooperlake"));
+  // The same OpenBLAS where the CPU has nothing wider: nothing to say.
+  f.cpu_flags = {"sse4_2"};
+  EXPECT_EQ(find(blas_checks({}, f.probe()), "BLAS").level, CheckLevel::kOk);
+}
+
 TEST(DoctorBlas, ReferenceBlasWarns) {
   Fake f;
   f.blas = {"/usr/lib/x86_64-linux-gnu/blas/libblas.so.3.11.0", "/etc/alternatives/libblas.so.3-x86_64-linux-gnu",
-            false, false, false, "", ""};
+            false, false, false, "", "", ""};
   const auto& c = find(blas_checks({}, f.probe()), "BLAS");
   EXPECT_EQ(c.level, CheckLevel::kWarn);
   EXPECT_THAT(c.reason, HasSubstr("is the reference BLAS: LibTorch runs about 16x slower; install libopenblas0-pthread"));
@@ -536,7 +554,7 @@ TEST(DoctorBlas, ReferenceBlasWarns) {
 
 TEST(DoctorBlas, MklAndNoneAreOk) {
   Fake f;
-  f.blas = {"/opt/intel/mkl/lib/libmkl_rt.so.2", "dlopen(libblas.so.3)", false, true, false, "", ""};
+  f.blas = {"/opt/intel/mkl/lib/libmkl_rt.so.2", "dlopen(libblas.so.3)", false, true, false, "", "", ""};
   EXPECT_THAT(find(blas_checks({}, f.probe()), "BLAS").reason, HasSubstr("Intel MKL"));
   f.blas = {};
   const auto& c = find(blas_checks({}, f.probe()), "BLAS");

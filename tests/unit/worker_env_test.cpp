@@ -64,5 +64,12 @@ TEST(WorkerEnv, KeepsTheUsersEnvironmentButOverridesStaleRanks) {
   EXPECT_EQ(env.at("OMP_NUM_THREADS"), "4");
 }
 
+TEST(WorkerEnv, NodeDefaultsFillOnlyWhatTheEnvironmentLeavesUnset) {
+  WorkerIdentity id = identity();
+  id.node_defaults = {{"OPENBLAS_CORETYPE", "Cooperlake"}};
+  EXPECT_EQ(as_map(build_worker_env({"HOME=/root"}, id)).at("OPENBLAS_CORETYPE"), "Cooperlake");
+  EXPECT_EQ(as_map(build_worker_env({"OPENBLAS_CORETYPE=Haswell"}, id)).at("OPENBLAS_CORETYPE"), "Haswell");
+}
+
 }  // namespace
 }  // namespace ddp

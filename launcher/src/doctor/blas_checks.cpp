@@ -1,8 +1,10 @@
 // Which BLAS provides libblas.so.3: Debian's LibTorch calls whatever does, and
-// the reference BLAS makes it about 16x slower (DESIGN.md, BLAS).
+// the reference BLAS makes it about 16x slower (DESIGN.md, BLAS); OpenBLAS on
+// a CPU newer than its table runs generic kernels (blas/openblas_core.h).
 
 #include <fmt/format.h>
 
+#include "blas/openblas_core.h"
 #include "doctor/preflight.h"
 
 namespace ddp {
@@ -18,6 +20,14 @@ std::vector<CheckResult> blas_checks(const PreflightInputs&, const SystemProbe& 
                            b.error.empty() ? "not found" : b.error);
   } else if (b.has_openblas) {
     c.reason = fmt::format("{} ({})", b.config.empty() ? "OpenBLAS" : b.config, where);
+    const std::set<std::string> flags = p.cpu_flags ? p.cpu_flags() : std::set<std::string>{};
+    const std::string better = better_openblas_core(b.core, flags);
+    if (!better.empty()) {
+      c.level = CheckLevel::kWarn;
+      c.reason += fmt::format(": it picks its {} kernels on a CPU with {}, so matrix products run several times slower; "
+                              "ddplaunch gives its workers OPENBLAS_CORETYPE={}, export it for other programs",
+                              b.core, vector_extension_name(flags), better);
+    }
   } else if (b.has_mkl) {
     c.reason = fmt::format("Intel MKL ({})", where);
   } else if (b.has_blis) {

@@ -17,6 +17,9 @@
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
+
+#include "blas/openblas_core.h"
 
 namespace ddp {
 namespace {
@@ -354,10 +357,24 @@ BlasInfo probe_blas(const std::string& etc_root) {
     info.has_openblas = true;
     if (const char* s = cfg()) info.config = s;
   }
+  if (auto core = reinterpret_cast<char* (*)()>(dlsym(h, "openblas_get_corename"))) {
+    if (const char* s = core()) info.core = s;
+  }
   info.has_mkl = dlsym(h, "mkl_get_version_string") != nullptr || dlsym(h, "MKL_Get_Version_String") != nullptr;
   info.has_blis = dlsym(h, "bli_info_get_version_str") != nullptr;
   dlclose(h);
   return info;
+}
+
+// Reads up to the first processor's flags line only: the file lists every
+// core, and large machines have hundreds.
+std::set<std::string> probe_cpu_flags(const std::string& proc_root) {
+  std::ifstream in(proc_root + "/cpuinfo");
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind("flags", 0) == 0) return cpu_flags_from_cpuinfo(line);
+  }
+  return {};
 }
 
 }  // namespace
@@ -379,6 +396,7 @@ SystemProbe real_system_probe(const std::string& proc_root, const std::string& e
   p.route_to = probe_route;
   p.disk = probe_disk;
   p.blas = [etc_root] { return probe_blas(etc_root); };
+  p.cpu_flags = [proc_root] { return probe_cpu_flags(proc_root); };
   return p;
 }
 

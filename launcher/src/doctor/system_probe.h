@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <functional>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -72,6 +73,7 @@ struct BlasInfo {
   bool has_mkl = false;       // exports mkl_get_version_string / MKL_Get_Version_String
   bool has_blis = false;      // exports bli_info_get_version_str
   std::string config;         // openblas_get_config(), when OpenBLAS
+  std::string core;           // openblas_get_corename(): the kernels it picked, e.g. "Haswell"
   std::string error;
 };
 
@@ -90,6 +92,8 @@ struct SystemProbe {
   std::function<SocketOutcome(const std::string& host, int port)> route_to;
   std::function<DiskInfo(const std::string& dir)> disk;
   std::function<BlasInfo()> blas;
+  /// The CPU's feature flags (PROC/cpuinfo); empty where it lists none.
+  std::function<std::set<std::string>()> cpu_flags;
 };
 
 /// The real machine. proc_root and etc_root move /proc and /etc (tests).

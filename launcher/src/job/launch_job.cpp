@@ -9,10 +9,13 @@
 #include <algorithm>
 #include <csignal>
 #include <fstream>
+#include <future>
+#include <map>
 #include <system_error>
 #include <thread>
 
 #include "agent/agent_session.h"
+#include "blas/openblas_tuning.h"
 #include "agent/local_agent_service.h"
 #include "coordinator/coordinator_server.h"
 #include "job/event_loop.h"
@@ -57,8 +60,9 @@ void record_nccl_env(const LaunchPlan& plan, const Assignment& layout, int attem
 }
 
 std::vector<WorkerSpec> plan_workers(const LaunchPlan& plan, const Assignment& layout,
-                                     const std::vector<std::string>& base_env, const std::string& agent_socket,
-                                     int attempt) {
+                                     const std::vector<std::string>& base_env,
+                                     const std::map<std::string, std::string>& node_defaults,
+                                     const std::string& agent_socket, int attempt) {
   std::vector<WorkerSpec> specs;
   for (int local_rank = 0; local_rank < plan.nproc; ++local_rank) {
     const int rank = layout.rank_start + local_rank;
@@ -85,11 +89,24 @@ std::vector<WorkerSpec> plan_workers(const LaunchPlan& plan, const Assignment& l
     if (!plan.nccl_debug.empty()) id.nccl_forced["NCCL_DEBUG"] = plan.nccl_debug;
     if (!plan.nccl_debug_subsys.empty()) id.nccl_forced["NCCL_DEBUG_SUBSYS"] = plan.nccl_debug_subsys;
     id.job_env = layout.job_env;
+    id.node_defaults = node_defaults;
     id.nccl_debug_file = (dir / "nccl.log").string();
     specs.push_back({local_rank, rank, {plan.argv, build_worker_env(base_env, id)}});
   }
   record_nccl_env(plan, layout, attempt, specs);
   return specs;
+}
+
+// What every worker of this node gets unless the environment says otherwise,
+// beyond OMP_NUM_THREADS (worker_env.h): decided once, this node's CPU and
+// libraries do not change between attempts.
+std::map<std::string, std::string> worker_defaults_of_this_node(const std::vector<std::string>& base_env) {
+  std::map<std::string, std::string> defaults;
+  if (const auto blas = tune_openblas_for_workers(base_env, real_system_probe())) {
+    spdlog::info("{}", blas->reason);
+    defaults["OPENBLAS_CORETYPE"] = blas->coretype;
+  }
+  return defaults;
 }
 
 // Wires the supervisor's events to the outside world: log files, console,
@@ -291,6 +308,10 @@ class WakeupFd {
 
 int run_launch(const LaunchPlan& plan, OrphanSentinel* sentinel) {
   const std::vector<std::string> base_env = current_environment();
+  // Probed while the coordinator starts and the nodes meet (it loads OpenBLAS:
+  // milliseconds), needed only once the first workers are planned.
+  std::shared_future<std::map<std::string, std::string>> node_defaults =
+      std::async(std::launch::async, worker_defaults_of_this_node, base_env).share();
   const TlsFiles tls{plan.tls_cert, plan.tls_key, plan.tls_ca};
   spdlog::info("job {}: {} node(s) ({}), {} worker(s) here ({}), logs in {}", plan.job_id, plan.nnodes,
                plan.topology_source, plan.nproc, plan.nproc_reason, plan.job_log_dir.string());
@@ -322,7 +343,7 @@ int run_launch(const LaunchPlan& plan, OrphanSentinel* sentinel) {
     router.set_node_rank(layout.node_rank);
     listener.set_node_rank(layout.node_rank);
     local.set_layout({layout, plan.nproc});
-    return plan_workers(plan, layout, base_env, socket_path, attempt);
+    return plan_workers(plan, layout, base_env, node_defaults.get(), socket_path, attempt);
   };
   Supervisor supervisor(std::move(config), spawner, SystemClock::instance(), listener, session);
   loop.watch_wakeup(wakeup.fd(), [&](Supervisor& s) {

@@ -54,6 +54,11 @@ std::vector<std::string> build_worker_env(const std::vector<std::string>& base, 
   for (const auto& [name, value] : id.job_env) {
     if (forced.count(name) == 0 && kept.count(name) == 0) env.push_back(name + "=" + value);
   }
+  for (const auto& [name, value] : id.node_defaults) {
+    if (forced.count(name) == 0 && kept.count(name) == 0 && id.job_env.count(name) == 0) {
+      env.push_back(name + "=" + value);
+    }
+  }
   // NCCL's log goes to the rank's own file, not the console.
   const bool nccl_logs = forced.count("NCCL_DEBUG") != 0 || kept.count("NCCL_DEBUG") != 0 || id.job_env.count("NCCL_DEBUG") != 0;
   if (nccl_logs && !id.nccl_debug_file.empty() && kept.count("NCCL_DEBUG_FILE") == 0) {

@@ -31,6 +31,9 @@ struct WorkerIdentity {
   std::map<std::string, std::string> nccl_forced;
   /// NCCL_* of the launching node: added where the node's environment lacks them.
   std::map<std::string, std::string> job_env;
+  /// Set where neither the node's environment nor the above sets them
+  /// (OPENBLAS_CORETYPE, when this node's OpenBLAS would pick narrow kernels).
+  std::map<std::string, std::string> node_defaults;
   /// Where NCCL logs when NCCL_DEBUG ends up set (NCCL_DEBUG_FILE, unless the
   /// environment names a file itself).
   std::string nccl_debug_file;
@@ -38,7 +41,8 @@ struct WorkerIdentity {
 
 /// base: the launcher's environment as "NAME=value" entries. The result keeps
 /// every entry of base except those the identity overrides, and sets
-/// OMP_NUM_THREADS=1 only where base does not set it.
+/// OMP_NUM_THREADS=1 and the identity's node_defaults only where base does
+/// not set them.
 std::vector<std::string> build_worker_env(const std::vector<std::string>& base, const WorkerIdentity& id);
 
 /// The calling process's environment as "NAME=value" entries.
