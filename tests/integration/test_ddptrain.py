@@ -312,15 +312,19 @@ class TrainingTest(DdptrainCase):
         ours, theirs = self.tmp / "ddptrain.pt", self.tmp / "torch.pt"
         common = ["--mlp-sizes", "32,64,64,10", "--data-file", data, "--init", init, "--batch-size", 16,
                   "--steps", 20, "--lr", 0.05, "--momentum", 0.9]
+        # ddptrain's gradients are bucket views by default; PyTorch's are not.
+        plain = self.tmp / "ddptrain_plain.pt"
         self.train(2, *common, "--log-every", 0, "--save-final", ours)
+        self.train(2, *common, "--no-grad-as-bucket-view", "--log-every", 0, "--save-final", plain)
         res = self.run_launcher(self.launch_args(2, [PYTHON, REFERENCE], [*common, "--save-final", theirs]),
                                 env_extra=self.train_env(), timeout=90)
         self.assertEqual(res.rc, 0, res.describe())
         self.assertIn("torch_ddp_mlp: done: 20 steps on 2 rank(s)", res.out, res.describe())
-        agree, moved = self.compare((ours, theirs), (init, theirs))
+        agree, moved, layouts = self.compare((ours, theirs), (init, theirs), (plain, ours))
         self.assert_mlp_layout(agree)
         self.assert_close(agree, 1e-5, "ddptrain vs torch DistributedDataParallel")
         self.assertGreater(moved["max_rel"], 1e-3, "training did not move the parameters")
+        self.assert_bitwise(layouts, "--no-grad-as-bucket-view vs bucket views")
 
 
 class BadInputTest(DdptrainCase):

@@ -105,7 +105,8 @@ std::optional<TrainOptions> parse_train_options(int argc, char** argv) {
 
   app.add_option("--bucket-cap-mb", o.bucket_cap_mb, "gradient bucket size (MiB)");
   app.add_option("--first-bucket-mb", o.first_bucket_mb, "first bucket size (MiB)");
-  app.add_flag("--grad-as-bucket-view", o.grad_as_bucket_view, "gradients are views into the buckets (no copies)");
+  app.add_flag("--grad-as-bucket-view,!--no-grad-as-bucket-view", o.grad_as_bucket_view,
+               "gradients are views into the buckets, so none is copied back out of them (default: on)");
   app.add_flag("--find-unused-parameters", o.find_unused_parameters);
   app.add_option("--comm-hook", o.comm_hook, "allreduce, fp16 or bf16 (compressed gradients)")
       ->check(CLI::IsMember({"allreduce", "fp16", "bf16"}));

@@ -47,7 +47,9 @@ struct TrainOptions {
   // Reducer.
   double bucket_cap_mb = 25;
   double first_bucket_mb = 1;
-  bool grad_as_bucket_view = false;
+  // Unlike the library's default (PyTorch's): ddptrain owns its gradients, so
+  // it takes the faster layout (no copy of the buckets back into .grad).
+  bool grad_as_bucket_view = true;
   bool find_unused_parameters = false;
   std::string comm_hook = "allreduce";  // allreduce | fp16 | bf16
 

@@ -214,19 +214,11 @@ class Trainer {
 
   // As PyTorch 2's zero_grad(set_to_none=True): autograd then hands each new
   // gradient over instead of adding it to zeros (saves a memset and an add
-  // over every gradient per step). Gradients that are bucket views must stay
-  // views, so those are zeroed in place.
+  // over every gradient per step). With --grad-as-bucket-view the reducer
+  // copies each new gradient into its bucket and makes .grad the bucket's
+  // view again.
   void clear_gradients() {
-    torch::NoGradGuard no_grad;
-    for (auto& p : params_) {
-      torch::Tensor& grad = p.mutable_grad();
-      if (!grad.defined()) continue;
-      if (o_.grad_as_bucket_view) {
-        grad.zero_();
-      } else {
-        grad.reset();
-      }
-    }
+    for (auto& p : params_) p.mutable_grad().reset();
   }
 
   void train_step(int64_t s) {
