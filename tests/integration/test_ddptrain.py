@@ -203,6 +203,22 @@ class TrainingTest(DdptrainCase):
     def test_world_sizes_agree_fp64(self):
         self.world_sizes("fp64", 1e-10)
 
+    def test_bf16_autocast_tracks_fp32(self):
+        files, losses = {}, {}
+        for precision in ("fp32", "bf16"):
+            files[precision] = self.tmp / f"{precision}.pt"
+            res = self.train(2, "--batch-size", 16, "--steps", 20, "--momentum", 0.9, "--samples", 256,
+                             "--precision", precision, "--log-every", 0, "--save-final", files[precision])
+            m = re.search(r"loss ([0-9.]+) -> ([0-9.]+)", res.out)
+            self.assertIsNotNone(m, res.describe())
+            losses[precision] = (float(m.group(1)), float(m.group(2)))
+        (row,) = self.compare((files["bf16"], files["fp32"]))
+        self.assert_mlp_layout(row, "float32")  # autocast: parameters and gradients stay float32
+        self.assertGreater(row["max_rel"], 0, "bf16 changed nothing: autocast did not run")
+        self.assert_close(row, 0.1, "bf16 vs fp32 after 20 steps")
+        self.assertLess(losses["bf16"][1], losses["bf16"][0] - 0.2, "bf16 loss did not fall")
+        self.assertAlmostEqual(losses["bf16"][1], losses["fp32"][1], delta=0.05)
+
     def test_grad_accum_equals_one_big_batch(self):
         files = {}
         for k in (1, 4):
