@@ -241,6 +241,18 @@ class TrainingTest(DdptrainCase):
         (row,) = self.compare((final, reference))
         self.assert_bitwise(row, "crash at step 12, resumed from step 10")
 
+    def test_adamw_cosine_crash_and_resume_is_bitwise_equal(self):
+        # AdamW's moments and step count and the schedule's position must all be in the checkpoint.
+        args = ("--batch-size", 8, "--samples", 512, "--log-every", 0, "--optimizer", "adamw", "--lr", 0.01,
+                "--weight-decay", 0.01, "--lr-schedule", "cosine", "--warmup-steps", 5, "--steps", 30)
+        reference, final = self.tmp / "adamw.pt", self.tmp / "adamw_resumed.pt"
+        self.train(2, *args, "--save-final", reference)
+        res = self.train(2, *args, "--checkpoint-dir", self.tmp / "ck", "--checkpoint-every", 5,
+                         "--inject-fault", "crash@12:1", "--save-final", final, restarts=1)
+        self.assertEqual(self.assert_resumed(res, 10), 10)
+        (row,) = self.compare((final, reference))
+        self.assert_bitwise(row, "AdamW + cosine: crash at step 12, resumed from step 10")
+
     def worker_pid(self, rank):
         """pid of this test's ddptrain worker of `rank` in attempt 0."""
         for pid, cmdline in find_marked(self.token):
@@ -341,6 +353,60 @@ class TrainingTest(DdptrainCase):
         self.assert_close(agree, 1e-5, "ddptrain vs torch DistributedDataParallel")
         self.assertGreater(moved["max_rel"], 1e-3, "training did not move the parameters")
         self.assert_bitwise(layouts, "--no-grad-as-bucket-view vs bucket views")
+
+
+class ModelsAndTraceTest(DdptrainCase):
+    """The other two models train under ddplaunch; --trace shows every phase and bucket."""
+
+    LOSS_RE = re.compile(r"ddptrain: done: .* loss ([0-9.]+) -> ([0-9.]+)")
+
+    def losses(self, res):
+        m = self.LOSS_RE.search(res.out)
+        self.assertIsNotNone(m, res.describe())
+        return float(m.group(1)), float(m.group(2))
+
+    def test_language_model_learns_a_text_file(self):
+        words = "the quick brown fox jumps over a lazy dog while every rank keeps in step".split()
+        text = self.tmp / "words.txt"
+        text.write_text(" ".join(words[(i * 7 + i // 3) % len(words)] for i in range(5000)))
+        res = self.train(2, "--model", "lm", "--text", text, "--context", 32, "--batch-size", 8, "--steps", 40,
+                         "--optimizer", "adamw", "--lr", 0.003, "--log-every", 0)
+        first, last = self.losses(res)
+        self.assertAlmostEqual(first, 5.55, delta=0.6, msg="an untrained byte model is near ln 256")
+        self.assertLess(last, first - 2.0, res.describe())
+
+    def test_cnn_trains(self):
+        first, last = self.losses(self.train(2, "--model", "cnn", "--batch-size", 16, "--steps", 30,
+                                             "--log-every", 0))
+        self.assertLess(last, first - 0.05)
+
+    def test_trace_shows_every_phase_and_bucket_on_every_rank(self):
+        trace = self.tmp / "trace.json"
+        steps = 4
+        # The default MLP's 6,922 float32 parameters (27.7 KB) in buckets of about
+        # 1 KB first, then 5 KB: three all-reduces per step.
+        res = self.train(2, "--batch-size", 8, "--steps", steps, "--first-bucket-mb", 0.001,
+                         "--bucket-cap-mb", 0.005, "--log-every", 0, "--trace", trace)
+        params = int(re.search(r"ddptrain: mlp, (\d+) parameters", res.out).group(1))
+        for rank, path in ((0, trace), (1, self.tmp / "trace.rank1.json")):
+            with self.subTest(rank=rank):
+                events = json.loads(path.read_text())["traceEvents"]
+                names = {e["args"]["name"] for e in events if e.get("name") == "process_name"}
+                self.assertEqual(names, {f"rank {rank}"})
+                spans = [e for e in events if e.get("ph") == "X"]
+                for s in range(steps):
+                    mine = [e for e in spans if e["args"].get("step") == s]
+                    phases = {e["name"] for e in mine if e["tid"] == 0}
+                    self.assertLessEqual({"forward", "backward", "wait for gradients", "optimizer"}, phases)
+                    buckets = [e for e in mine if e["name"].startswith("all_reduce bucket ")]
+                    self.assertEqual(len(buckets), 3, f"step {s}")
+                    self.assertEqual(sum(e["args"]["bytes"] for e in buckets), params * 4, f"step {s}")
+                    self.assertTrue(all(e["tid"] == 1 and e["dur"] >= 0 for e in buckets))
+                    forward = next(e for e in mine if e["name"] == "forward")
+                    backward = next(e for e in mine if e["name"] == "backward")
+                    self.assertLessEqual(forward["ts"] + forward["dur"], backward["ts"] + 1)
+                    for e in buckets:  # a bucket is reduced once its gradients exist
+                        self.assertGreaterEqual(e["ts"], backward["ts"])
 
 
 class BadInputTest(DdptrainCase):
