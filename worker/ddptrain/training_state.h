@@ -23,8 +23,12 @@ struct TrainingPosition {
 std::string encode_training_state(const torch::nn::Module& model, const torch::optim::Optimizer& optimizer,
                                   const TrainingPosition& position);
 
-/// Restores model, optimizer and generator in place; throws std::runtime_error
-/// (c10::Error converted) when the payload does not fit this model.
+/// Restores model, optimizer and generator in place. Throws std::runtime_error
+/// ("the checkpoint does not fit this model and optimizer: ...") when the
+/// payload is not a training state, a parameter or buffer is missing or has
+/// another shape or dtype (checked before the model changes), or the optimizer
+/// differs (found after the model is restored). Damage to the stored tensor
+/// data is not detected here: CheckpointStore's checksum guards the bytes.
 TrainingPosition decode_training_state(const std::string& payload, torch::nn::Module& model,
                                        torch::optim::Optimizer& optimizer);
 
