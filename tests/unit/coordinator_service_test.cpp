@@ -42,6 +42,27 @@ class CoordinatorServiceTest : public ::testing::Test {
   CoordinatorServer server;
 };
 
+// An agent's join can reach node 0's coordinator the moment its port
+// listens: the hosted job must exist by then, or the joiner makes a job of
+// its own that nobody else joins.
+TEST(CoordinatorServerHostedJob, ExistsBeforeTheFirstJoinCanArrive) {
+  CoordinatorServer hosting(ServerAddress{"127.0.0.1", 0}, TlsFiles{}, {}, HostedJob{"own", "secret", {2, 4, 0}});
+  std::shared_ptr<CoordinatorJob> job;
+  EXPECT_TRUE(hosting.coordinator().find("own", "secret", job).ok());
+  // A joiner cannot make a job of that id from its own view any more.
+  const Status wrong = hosting.coordinator().find_for_join("own", "other", JobConfig{1, 1, 0}, job);
+  EXPECT_EQ(wrong.code(), StatusCode::kUnauthenticated) << wrong.message();
+}
+
+TEST_F(CoordinatorServiceTest, CreatingAJobAJoinerAlreadyMadeIsRefused) {
+  std::shared_ptr<CoordinatorJob> job;
+  ASSERT_TRUE(server.coordinator().find_for_join("early", "t", JobConfig{2, 1, 0}, job).ok());
+  EXPECT_THROW(server.coordinator().create_job("early", "t", JobConfig{2, 1, 0}), std::logic_error);
+  std::shared_ptr<CoordinatorJob> same;
+  ASSERT_TRUE(server.coordinator().find("early", "t", same).ok());
+  EXPECT_EQ(same, job) << "the joiner's job is kept";
+}
+
 TEST_F(CoordinatorServiceTest, TwoAgentsJoinAndShareOneNcclId) {
   auto a = client();
   auto b = client();

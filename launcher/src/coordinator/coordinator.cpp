@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include <stdexcept>
+
 namespace ddp {
 
 Coordinator::Coordinator(const Clock& clock, UniqueIdSource& ids, CoordinatorOptions options)
@@ -11,6 +13,7 @@ void Coordinator::create_job(const std::string& job_id, const std::string& token
   JobConfig c = config;
   c.node_timeout = options_.node_timeout;
   std::lock_guard<std::mutex> lock(mutex_);
+  if (jobs_.count(job_id) != 0) throw std::logic_error(fmt::format("job '{}' exists already", job_id));
   jobs_[job_id] = {std::make_shared<CoordinatorJob>(job_id, token, c, clock_, ids_), std::nullopt};
 }
 

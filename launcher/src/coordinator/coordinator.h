@@ -36,6 +36,8 @@ class Coordinator {
   Coordinator(const Clock& clock, UniqueIdSource& ids, CoordinatorOptions options = {});
 
   /// Registers a job before any join (the embedded coordinator's own job).
+  /// Throws std::logic_error when the id exists already: replacing a job
+  /// would orphan the joins parked on it.
   void create_job(const std::string& job_id, const std::string& token, const JobConfig& config);
   /// The job of an RPC: NotFound for an unknown id, Unauthenticated for a
   /// wrong token (the token itself is never put in a message).

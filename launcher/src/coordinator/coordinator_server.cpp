@@ -35,10 +35,12 @@ std::string read_file(const std::string& path) {
   return out.str();
 }
 
-CoordinatorServer::CoordinatorServer(const ServerAddress& address, const TlsFiles& tls, CoordinatorOptions options)
+CoordinatorServer::CoordinatorServer(const ServerAddress& address, const TlsFiles& tls, CoordinatorOptions options,
+                                     std::optional<HostedJob> hosted)
     : ids_(make_unique_id_source()),
       coordinator_(std::make_unique<Coordinator>(SystemClock::instance(), *ids_, options)),
       service_(std::make_unique<CoordinatorService>(*coordinator_)) {
+  if (hosted) coordinator_->create_job(hosted->job_id, hosted->token, hosted->config);
   grpc::ServerBuilder builder;
   // gRPC sets SO_REUSEPORT by default, which would let a second coordinator
   // silently share a port that is in use; a busy port must be an error.

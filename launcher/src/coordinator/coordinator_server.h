@@ -8,8 +8,9 @@
 
 #include <atomic>
 #include <condition_variable>
-#include <mutex>
 #include <memory>
+#include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 
@@ -38,10 +39,22 @@ struct ServerAddress {
   int port = 0;      // 0: pick a free one
 };
 
+/// The job a launching agent's own coordinator serves (not `ddplaunch serve`,
+/// whose jobs are made by their first joiner).
+struct HostedJob {
+  std::string job_id;
+  std::string token;
+  JobConfig config;
+};
+
 class CoordinatorServer {
  public:
   /// Throws std::runtime_error naming host and port when it cannot listen.
-  CoordinatorServer(const ServerAddress& address, const TlsFiles& tls, CoordinatorOptions options = {});
+  /// `hosted` is registered before the port listens: an agent whose join
+  /// reached the coordinator first would otherwise make a job of that id from
+  /// its own view, and its join would wait on that job for ever.
+  CoordinatorServer(const ServerAddress& address, const TlsFiles& tls, CoordinatorOptions options = {},
+                    std::optional<HostedJob> hosted = std::nullopt);
   ~CoordinatorServer();
   CoordinatorServer(const CoordinatorServer&) = delete;
   CoordinatorServer& operator=(const CoordinatorServer&) = delete;

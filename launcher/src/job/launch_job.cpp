@@ -242,23 +242,22 @@ std::unique_ptr<CoordinatorServer> host_coordinator(const LaunchPlan& plan, cons
   const std::string listen_host = plan.nnodes == 1 ? "127.0.0.1" : "0.0.0.0";
   CoordinatorOptions options;
   options.node_timeout = plan.node_timeout;
+  HostedJob job{plan.job_id, plan.token, {}};
+  job.config.nnodes = plan.nnodes;
+  job.config.nproc = plan.nproc;
+  job.config.max_restarts = plan.max_restarts;
+  job.config.node_timeout = plan.node_timeout;
+  job.config.heartbeat_interval = plan.heartbeat_interval;
+  job.config.hang_timeout = plan.hang_timeout;
+  job.config.job_env = launching_nccl_env(plan, current_environment());
   std::unique_ptr<CoordinatorServer> server;
   try {
-    server = std::make_unique<CoordinatorServer>(ServerAddress{listen_host, plan.rdzv_port}, tls, options);
+    server = std::make_unique<CoordinatorServer>(ServerAddress{listen_host, plan.rdzv_port}, tls, options, job);
   } catch (const std::runtime_error& e) {
     if (plan.nnodes == 1 || plan.is_host.value_or(false)) throw;
     spdlog::info("another agent hosts the coordinator at {}:{} ({})", plan.rdzv_host, plan.rdzv_port, e.what());
     return nullptr;
   }
-  JobConfig job;
-  job.nnodes = plan.nnodes;
-  job.nproc = plan.nproc;
-  job.max_restarts = plan.max_restarts;
-  job.node_timeout = plan.node_timeout;
-  job.heartbeat_interval = plan.heartbeat_interval;
-  job.hang_timeout = plan.hang_timeout;
-  job.job_env = launching_nccl_env(plan, current_environment());
-  server->coordinator().create_job(plan.job_id, plan.token, job);
   spdlog::info("coordinator listening on {}:{} (NCCL IDs: {})", listen_host, server->port(),
                server->coordinator().ids().describe());
   return server;
