@@ -3,10 +3,9 @@
 // (parameters, momentum buffers / Adam moments and step counts, the position,
 // the default CPU generator), so that the next step of the restored pair is
 // bitwise the original's; and truncated payloads, garbage, a damaged archive
-// header or directory, and payloads for a model of another depth or another
-// optimizer are refused with std::runtime_error. The disabled tests at the end
-// document defects (same-depth shape mismatches and corrupted records that are
-// not refused).
+// header or directory, and payloads for a model of another depth, other
+// widths or another optimizer are refused with std::runtime_error (damaged
+// tensor bytes are CheckpointStore's checksum's to catch, not the decoder's).
 #include "training_state.h"
 
 #include <gtest/gtest.h>
