@@ -56,6 +56,8 @@ std::set<std::string> cpu_flags_from_cpuinfo(const std::string& cpuinfo) {
   return {};
 }
 
+bool offers_more_than_sse(const std::set<std::string>& cpu_flags) { return cpu_width(cpu_flags) > Width::kSse; }
+
 std::string vector_extension_name(const std::set<std::string>& cpu_flags) {
   switch (cpu_width(cpu_flags)) {
     case Width::kAvx512Bf16: return "AVX-512 with BF16";

@@ -22,6 +22,10 @@ namespace ddp {
 /// ("flags : fpu vme ... avx2 ..."); empty when there is none (non-x86).
 std::set<std::string> cpu_flags_from_cpuinfo(const std::string& cpuinfo);
 
+/// Whether the CPU offers AVX or wider, i.e. whether some OpenBLAS pick could
+/// ever be improved on it.
+bool offers_more_than_sse(const std::set<std::string>& cpu_flags);
+
 /// The widest vector extension OpenBLAS has kernels for that the CPU offers,
 /// for messages: "AVX-512 with BF16", "AVX-512", "AVX2", "AVX" or "SSE".
 std::string vector_extension_name(const std::set<std::string>& cpu_flags);

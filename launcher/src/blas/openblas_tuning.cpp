@@ -15,7 +15,7 @@ std::optional<OpenBlasTuning> tune_openblas_for_workers(const std::vector<std::s
   });
   if (user_chose || !probe.cpu_flags || !probe.blas) return std::nullopt;
   const std::set<std::string> flags = probe.cpu_flags();
-  if (better_openblas_core("prescott", flags).empty()) return std::nullopt;  // nothing beyond SSE
+  if (!offers_more_than_sse(flags)) return std::nullopt;  // spares loading the library
   const BlasInfo blas = probe.blas();
   if (!blas.has_openblas || blas.core.empty()) return std::nullopt;
   const std::string better = better_openblas_core(blas.core, flags);
