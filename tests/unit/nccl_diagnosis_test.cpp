@@ -237,6 +237,20 @@ TEST(NcclDiagnosis, IncrementalFeedAndGarbage) {
   EXPECT_EQ(d.communicators[0].ranks_missing, (std::vector<int>{1}));
 }
 
+TEST(NcclDiagnosis, ARankSaturatedAtIntMaxDoesNotOverflow) {
+  // Found by the fuzzer: a rank too long for an int is read as INT_MAX; listing the
+  // missing ranks up to one past it overflowed.
+  NcclLogParser p;
+  p.feed_line("h:1:1 [1] NCCL INFO comm 0x1 rank 1" + std::string(60, '6') +
+                  " nranks 4 cudaDev 1 busId 2000 commId 0x7b - Init START",
+              "a");
+  auto d = p.summarize();
+  ASSERT_EQ(d.communicators.size(), 1u);
+  EXPECT_EQ(d.communicators[0].nranks, 4);
+  EXPECT_EQ(d.communicators[0].ranks_missing.size(), size_t{1} << 20);  // capped, not the world
+  EXPECT_EQ(d.communicators[0].ranks_missing.front(), 0);
+}
+
 TEST(NcclDiagnosis, MissingPathIsAnInputError) {
   EXPECT_THROW(diagnose_paths({fixture("does_not_exist")}), DiagnoseInputError);
 }

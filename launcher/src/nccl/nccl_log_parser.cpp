@@ -1,6 +1,7 @@
 #include "nccl/nccl_log_parser.h"
 
 #include <algorithm>
+#include <cstdint>
 #include <set>
 #include <tuple>
 #include <utility>
@@ -395,9 +396,10 @@ NcclDiagnosis NcclLogParser::summarize() const {
       if (r.complete) ci.ranks_complete.push_back(rank);
       else if (r.started) ci.ranks_started_not_complete.push_back(rank);
     }
-    int upper = c.nranks;
-    if (!c.ranks.empty()) upper = std::max(upper, c.ranks.rbegin()->first + 1);
-    upper = std::min(upper, 1 << 20);  // a corrupted nranks must not allocate the world
+    // 64-bit: a corrupted line saturates its rank at INT_MAX, and one past it must not overflow.
+    int64_t upper = c.nranks;
+    if (!c.ranks.empty()) upper = std::max<int64_t>(upper, int64_t{c.ranks.rbegin()->first} + 1);
+    upper = std::min<int64_t>(upper, 1 << 20);  // a corrupted nranks must not allocate the world
     for (int r = 0; r < upper; ++r) {
       auto it = c.ranks.find(r);
       if (it == c.ranks.end() || !it->second.complete) ci.ranks_missing.push_back(r);
