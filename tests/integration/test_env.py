@@ -1,11 +1,13 @@
 """Worker environment, flag spellings, PET_ defaults and how PROGRAM is run."""
 
+import json
 import os
 import platform
 import re
 import stat
 import subprocess
 import unittest
+from pathlib import Path
 
 from launcher_harness import (LauncherTestCase, PYTHON, WORKERS, base_env, free_port, read_stat,
                               worker)
@@ -289,7 +291,7 @@ class EnvTest(LauncherTestCase):
         bindir = self.tmp / "bin"
         bindir.mkdir()
         prog = bindir / "ddpt-env-dump"
-        prog.write_bytes(open(ENV_SH, "rb").read())
+        prog.write_bytes(Path(ENV_SH).read_bytes())
         prog.chmod(prog.stat().st_mode | stat.S_IXUSR)
         env = self.env({"PATH": f"{bindir}:{os.environ.get('PATH', '/usr/bin:/bin')}"})
         res = self.run_launcher(["ddpt-env-dump", self.outdir], env=env)
@@ -343,6 +345,26 @@ class OpenBlasEnvTest(LauncherTestCase):
         for rank, (coretype, core) in self.worker_cores(res, 2).items():
             self.assertEqual((coretype, core), ("Prescott", "Prescott"), f"rank {rank}")
         self.assertNotIn("picks its", res.err)
+
+    def test_the_answer_is_remembered_for_the_next_launch(self):
+        runtime = self.tmp / "xdg"
+        runtime.mkdir()
+        env = {"XDG_RUNTIME_DIR": str(runtime)}
+        first = self.worker_cores(self.run_launcher(["--nproc-per-node=2", PYTHON, OPENBLAS_PY], env_extra=env), 2)
+        memo_path = runtime / "ddplaunch" / "libblas-probe.json"
+        memo = json.loads(memo_path.read_text())
+        self.assertEqual(memo["blas"]["core"], self.direct_core, memo)
+        second = self.worker_cores(self.run_launcher(["--nproc-per-node=2", PYTHON, OPENBLAS_PY], env_extra=env), 2)
+        self.assertEqual(second, first)
+        coretype = first[0][0]
+        if coretype == "-":
+            return  # nothing to tune here, so nothing the memo could change
+        # The memo is what the launch goes by: one saying OpenBLAS already picks
+        # the widest kernels makes ddplaunch leave OPENBLAS_CORETYPE unset.
+        memo["blas"]["core"] = coretype
+        memo_path.write_text(json.dumps(memo))
+        third = self.worker_cores(self.run_launcher(["--nproc-per-node=2", PYTHON, OPENBLAS_PY], env_extra=env), 2)
+        self.assertEqual(set(third.values()), {("-", self.direct_core)})
 
 
 if __name__ == "__main__":

@@ -327,17 +327,7 @@ DiskInfo probe_disk(const std::string& dir) {
 }
 
 BlasInfo probe_blas(const std::string& etc_root) {
-  BlasInfo info;
-  for (const char* triplet : {"x86_64-linux-gnu", "aarch64-linux-gnu", "powerpc64le-linux-gnu"}) {
-    const fs::path link = fs::path(etc_root) / "alternatives" / (std::string("libblas.so.3-") + triplet);
-    std::error_code ec;
-    if (!fs::is_symlink(link, ec) && !fs::exists(link, ec)) continue;
-    const fs::path target = fs::canonical(link, ec);
-    if (ec) continue;
-    info.path = target.string();
-    info.via = link.string();
-    break;
-  }
+  BlasInfo info = blas_alternative(etc_root);
   if (info.path.empty()) {
     if (void* h = dlopen("libblas.so.3", RTLD_LAZY | RTLD_LOCAL)) {
       info.path = handle_path(h, "libblas.so.3");
@@ -378,6 +368,21 @@ std::set<std::string> probe_cpu_flags(const std::string& proc_root) {
 }
 
 }  // namespace
+
+BlasInfo blas_alternative(const std::string& etc_root) {
+  BlasInfo info;
+  for (const char* triplet : {"x86_64-linux-gnu", "aarch64-linux-gnu", "powerpc64le-linux-gnu"}) {
+    const fs::path link = fs::path(etc_root) / "alternatives" / (std::string("libblas.so.3-") + triplet);
+    std::error_code ec;
+    if (!fs::is_symlink(link, ec) && !fs::exists(link, ec)) continue;
+    const fs::path target = fs::canonical(link, ec);
+    if (ec) continue;
+    info.path = target.string();
+    info.via = link.string();
+    break;
+  }
+  return info;
+}
 
 SystemProbe real_system_probe(const std::string& proc_root, const std::string& etc_root) {
   SystemProbe p;

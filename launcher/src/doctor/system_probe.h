@@ -96,6 +96,10 @@ struct SystemProbe {
   std::function<std::set<std::string>()> cpu_flags;
 };
 
+/// The file Debian's alternatives system makes libblas.so.3 (path and via
+/// only), without loading it; an empty path when ETC/alternatives names none.
+BlasInfo blas_alternative(const std::string& etc_root = "/etc");
+
 /// The real machine. proc_root and etc_root move /proc and /etc (tests).
 SystemProbe real_system_probe(const std::string& proc_root = "/proc", const std::string& etc_root = "/etc");
 

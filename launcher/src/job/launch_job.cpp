@@ -15,6 +15,7 @@
 #include <thread>
 
 #include "agent/agent_session.h"
+#include "blas/blas_probe_memo.h"
 #include "blas/openblas_tuning.h"
 #include "agent/local_agent_service.h"
 #include "coordinator/coordinator_server.h"
@@ -99,10 +100,13 @@ std::vector<WorkerSpec> plan_workers(const LaunchPlan& plan, const Assignment& l
 
 // What every worker of this node gets unless the environment says otherwise,
 // beyond OMP_NUM_THREADS (worker_env.h): decided once, this node's CPU and
-// libraries do not change between attempts.
-std::map<std::string, std::string> worker_defaults_of_this_node(const std::vector<std::string>& base_env) {
+// libraries do not change between attempts. What libblas.so.3 is comes from
+// the memo in `runtime_dir` after the first launch (blas_probe_memo.h).
+std::map<std::string, std::string> worker_defaults_of_this_node(const std::vector<std::string>& base_env,
+                                                                const std::string& runtime_dir) {
   std::map<std::string, std::string> defaults;
-  if (const auto blas = tune_openblas_for_workers(base_env, real_system_probe())) {
+  const SystemProbe probe = remember_blas_probe(real_system_probe(), runtime_dir + "/libblas-probe.json");
+  if (const auto blas = tune_openblas_for_workers(base_env, probe)) {
     spdlog::info("{}", blas->reason);
     defaults["OPENBLAS_CORETYPE"] = blas->coretype;
   }
@@ -307,10 +311,10 @@ class WakeupFd {
 
 int run_launch(const LaunchPlan& plan, OrphanSentinel* sentinel) {
   const std::vector<std::string> base_env = current_environment();
-  // Probed while the coordinator starts and the nodes meet (it loads OpenBLAS:
-  // milliseconds), needed only once the first workers are planned.
+  // Probed while the coordinator starts and the nodes meet (the first launch
+  // loads OpenBLAS: milliseconds), needed only once the first workers are planned.
   std::shared_future<std::map<std::string, std::string>> node_defaults =
-      std::async(std::launch::async, worker_defaults_of_this_node, base_env).share();
+      std::async(std::launch::async, worker_defaults_of_this_node, base_env, agent_socket_dir()).share();
   const TlsFiles tls{plan.tls_cert, plan.tls_key, plan.tls_ca};
   spdlog::info("job {}: {} node(s) ({}), {} worker(s) here ({}), logs in {}", plan.job_id, plan.nnodes,
                plan.topology_source, plan.nproc, plan.nproc_reason, plan.job_log_dir.string());
