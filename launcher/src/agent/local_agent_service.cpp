@@ -1,6 +1,7 @@
 #include "agent/local_agent_service.h"
 
 #include "health/heartbeat_proto.h"
+#include "process/process_alive.h"
 
 #include <fmt/format.h>
 #include <grpcpp/grpcpp.h>
@@ -149,6 +150,18 @@ std::string agent_socket_dir() {
   std::filesystem::create_directories(dir);
   chmod(dir.c_str(), 0700);
   return dir;
+}
+
+void remove_sockets_of_dead_agents(const std::string& dir) {
+  std::error_code ec;
+  for (std::filesystem::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
+    const std::filesystem::path& path = it->path();
+    std::error_code type_ec;
+    if (path.extension() != ".sock" || !it->is_socket(type_ec)) continue;
+    const std::string pid = path.stem().string();
+    if (pid.empty() || pid.size() > 9 || pid.find_first_not_of("0123456789") != std::string::npos) continue;
+    if (!process_alive(std::stoi(pid))) std::filesystem::remove(path, type_ec);
+  }
 }
 
 LocalAgentServer::LocalAgentServer(const std::string& socket_path, CoordinatorClient& client, WorkerHealthBoard& health,

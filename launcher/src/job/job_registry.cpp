@@ -1,12 +1,10 @@
 #include "job/job_registry.h"
 
 #include <fcntl.h>
-#include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
-#include <cerrno>
 #include <chrono>
 #include <filesystem>
 #include <fstream>
@@ -14,6 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include "agent/local_agent_service.h"
+#include "process/process_alive.h"
 
 namespace ddp {
 namespace fs = std::filesystem;
@@ -26,8 +25,6 @@ fs::path jobs_dir() {
   chmod(dir.c_str(), 0700);
   return dir;
 }
-
-bool alive(int pid) { return pid > 0 && (kill(pid, 0) == 0 || errno == EPERM); }
 
 }  // namespace
 
@@ -66,7 +63,7 @@ std::vector<RunningJob> running_jobs() {
     job.tls_ca = j.value("tls_ca", "");
     job.pid = j.value("pid", 0);
     job.started_unix_s = j.value("started_unix_s", 0.0);
-    if (!alive(job.pid)) {
+    if (!process_alive(job.pid)) {
       fs::remove(entry.path(), ec);  // its agent was killed before it could
       continue;
     }

@@ -99,16 +99,22 @@ std::vector<WorkerSpec> plan_workers(const LaunchPlan& plan, const Assignment& l
 }
 
 // What every worker of this node gets unless the environment says otherwise,
-// beyond OMP_NUM_THREADS (worker_env.h): decided once, this node's CPU and
-// libraries do not change between attempts. What libblas.so.3 is comes from
-// the memo in `runtime_dir` after the first launch (blas_probe_memo.h).
-std::map<std::string, std::string> worker_defaults_of_this_node(const std::vector<std::string>& base_env,
-                                                                const std::string& runtime_dir) {
-  std::map<std::string, std::string> defaults;
+// beyond OMP_NUM_THREADS (worker_env.h), and the log lines that say why.
+struct NodeDefaults {
+  std::map<std::string, std::string> env;
+  std::vector<std::string> notes;
+};
+
+// Decided once: this node's CPU and libraries do not change between attempts.
+// What libblas.so.3 is comes from the memo in `runtime_dir` after the first
+// launch (blas_probe_memo.h). Runs on its own thread, so it does not log: the
+// notes are logged in order by the thread that plans the first attempt.
+NodeDefaults worker_defaults_of_this_node(const std::vector<std::string>& base_env, const std::string& runtime_dir) {
+  NodeDefaults defaults;
   const SystemProbe probe = remember_blas_probe(real_system_probe(), runtime_dir + "/libblas-probe.json");
   if (const auto blas = tune_openblas_for_workers(base_env, probe)) {
-    spdlog::info("{}", blas->reason);
-    defaults["OPENBLAS_CORETYPE"] = blas->coretype;
+    defaults.notes.push_back(blas->reason);
+    defaults.env["OPENBLAS_CORETYPE"] = blas->coretype;
   }
   return defaults;
 }
@@ -313,7 +319,7 @@ int run_launch(const LaunchPlan& plan, OrphanSentinel* sentinel) {
   const std::vector<std::string> base_env = current_environment();
   // Probed while the coordinator starts and the nodes meet (the first launch
   // loads OpenBLAS: milliseconds), needed only once the first workers are planned.
-  std::shared_future<std::map<std::string, std::string>> node_defaults =
+  std::shared_future<NodeDefaults> node_defaults =
       std::async(std::launch::async, worker_defaults_of_this_node, base_env, agent_socket_dir()).share();
   const TlsFiles tls{plan.tls_cert, plan.tls_key, plan.tls_ca};
   spdlog::info("job {}: {} node(s) ({}), {} worker(s) here ({}), logs in {}", plan.job_id, plan.nnodes,
@@ -332,7 +338,9 @@ int run_launch(const LaunchPlan& plan, OrphanSentinel* sentinel) {
   const WakeupFd wakeup;
   WorkerHealthBoard health(SystemClock::instance());
   AgentSession session(agent_settings(plan, endpoint, tls), wakeup.fd(), health);
-  const std::string socket_path = fmt::format("{}/{}.sock", agent_socket_dir(), getpid());
+  const std::string runtime_dir = agent_socket_dir();
+  remove_sockets_of_dead_agents(runtime_dir);
+  const std::string socket_path = fmt::format("{}/{}.sock", runtime_dir, getpid());
   LocalAgentServer local(socket_path, session.client(), health, plan.job_id, plan.token);
 
   OutputRouter router(std::max(plan.node_rank, 0), STDOUT_FILENO, STDERR_FILENO);
@@ -341,12 +349,18 @@ int run_launch(const LaunchPlan& plan, OrphanSentinel* sentinel) {
   PosixSpawner spawner(sentinel);
   SupervisorConfig config;
   config.shutdown_grace = plan.shutdown_grace;
+  bool defaults_told = false;
   config.plan_attempt = [&](int attempt) {
     const Assignment layout = session.join(attempt);
     router.set_node_rank(layout.node_rank);
     listener.set_node_rank(layout.node_rank);
     local.set_layout({layout, plan.nproc});
-    return plan_workers(plan, layout, base_env, node_defaults.get(), socket_path, attempt);
+    const NodeDefaults& defaults = node_defaults.get();
+    if (!defaults_told) {
+      for (const auto& note : defaults.notes) spdlog::info("{}", note);
+      defaults_told = true;
+    }
+    return plan_workers(plan, layout, base_env, defaults.env, socket_path, attempt);
   };
   Supervisor supervisor(std::move(config), spawner, SystemClock::instance(), listener, session);
   loop.watch_wakeup(wakeup.fd(), [&](Supervisor& s) {
