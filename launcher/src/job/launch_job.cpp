@@ -317,10 +317,11 @@ class WakeupFd {
 
 int run_launch(const LaunchPlan& plan, OrphanSentinel* sentinel) {
   const std::vector<std::string> base_env = current_environment();
+  const std::string runtime_dir = agent_socket_dir();
   // Probed while the coordinator starts and the nodes meet (the first launch
   // loads OpenBLAS: milliseconds), needed only once the first workers are planned.
   std::shared_future<NodeDefaults> node_defaults =
-      std::async(std::launch::async, worker_defaults_of_this_node, base_env, agent_socket_dir()).share();
+      std::async(std::launch::async, worker_defaults_of_this_node, base_env, runtime_dir).share();
   const TlsFiles tls{plan.tls_cert, plan.tls_key, plan.tls_ca};
   spdlog::info("job {}: {} node(s) ({}), {} worker(s) here ({}), logs in {}", plan.job_id, plan.nnodes,
                plan.topology_source, plan.nproc, plan.nproc_reason, plan.job_log_dir.string());
@@ -338,7 +339,6 @@ int run_launch(const LaunchPlan& plan, OrphanSentinel* sentinel) {
   const WakeupFd wakeup;
   WorkerHealthBoard health(SystemClock::instance());
   AgentSession session(agent_settings(plan, endpoint, tls), wakeup.fd(), health);
-  const std::string runtime_dir = agent_socket_dir();
   remove_sockets_of_dead_agents(runtime_dir);
   const std::string socket_path = fmt::format("{}/{}.sock", runtime_dir, getpid());
   LocalAgentServer local(socket_path, session.client(), health, plan.job_id, plan.token);
