@@ -10,6 +10,10 @@
 #include <utility>
 
 namespace ddp {
+
+// What a memo keeps of a successful probe (an error is never kept).
+NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE(BlasInfo, path, via, has_openblas, has_mkl, has_blis, config, core)
+
 namespace {
 
 namespace fs = std::filesystem;
@@ -46,12 +50,6 @@ std::optional<json> memo_key(const std::string& etc_root, const std::string& pro
               {"cpu", cpu_identity_from_cpuinfo(first_processor_of(proc_root))}};
 }
 
-json blas_to_json(const BlasInfo& b) {
-  return json{{"path", b.path},     {"via", b.via},       {"has_openblas", b.has_openblas},
-              {"has_mkl", b.has_mkl}, {"has_blis", b.has_blis}, {"config", b.config},
-              {"core", b.core}};
-}
-
 // The remembered answer for `key`; nullopt when the memo is missing, damaged
 // or about another file or CPU.
 std::optional<BlasInfo> recall(const fs::path& memo_file, const json& key) {
@@ -59,18 +57,8 @@ std::optional<BlasInfo> recall(const fs::path& memo_file, const json& key) {
   if (!in) return std::nullopt;
   const json memo = json::parse(in, nullptr, /*allow_exceptions=*/false);
   if (!memo.is_object() || memo.value("key", json()) != key) return std::nullopt;
-  const json b = memo.value("blas", json());
-  if (!b.is_object()) return std::nullopt;
   try {
-    BlasInfo info;
-    info.path = b.at("path").get<std::string>();
-    info.via = b.at("via").get<std::string>();
-    info.has_openblas = b.at("has_openblas").get<bool>();
-    info.has_mkl = b.at("has_mkl").get<bool>();
-    info.has_blis = b.at("has_blis").get<bool>();
-    info.config = b.at("config").get<std::string>();
-    info.core = b.at("core").get<std::string>();
-    return info;
+    return memo.at("blas").get<BlasInfo>();
   } catch (const json::exception&) {
     return std::nullopt;
   }
@@ -82,7 +70,7 @@ void remember(const fs::path& memo_file, const json& key, const BlasInfo& info) 
   {
     std::ofstream out(partial, std::ios::trunc);
     if (!out) return;
-    out << json{{"key", key}, {"blas", blas_to_json(info)}}.dump(1) << "\n";
+    out << json{{"key", key}, {"blas", info}}.dump(1) << "\n";
     if (!out.flush()) {
       std::error_code ec;
       fs::remove(partial, ec);
