@@ -20,6 +20,7 @@
 #include "exit_codes.h"
 #include "job/event_loop.h"
 #include "job/launch_job.h"
+#include "net/grpc_name_resolution.h"
 #include "nccl/diagnose_command.h"
 #include "process/orphan_sentinel.h"
 
@@ -46,8 +47,10 @@ bool preflight_passes(const ddp::LaunchOptions& o) {
 
 int main(int argc, char** argv) {
   using namespace ddp;
-  // Before any thread or child exists: signals are read through a signalfd.
+  // Before any thread or child exists: signals are read through a signalfd,
+  // and gRPC resolves names as the system does (setenv needs a single thread).
   block_handled_signals();
+  use_system_resolver_for_grpc();
   // A program named like a subcommand can still be run as ./serve.
   if (argc > 1 && std::string(argv[1]) == "serve") return run_serve_command(argc - 1, argv + 1);
   if (argc > 1 && std::string(argv[1]) == "status") return run_status_command(argc - 1, argv + 1);

@@ -100,6 +100,17 @@ class EnvTest(LauncherTestCase):
             self.assertEqual(d["env"]["DDPT_TOKEN"], self.token)
             self.assertEqual(d["env"]["PATH"], os.environ.get("PATH"))
 
+    def test_ddplaunchs_own_grpc_resolver_choice_stays_out_of_workers(self):
+        # ddplaunch makes its gRPC resolve names through the system (GRPC_DNS_RESOLVER=native)
+        # for itself only; a user's own value reaches the workers unchanged
+        _, dumps = self.run_ok(["--nproc-per-node=1", ENV_PY, self.outdir], n=1, env=self.env(drop=["GRPC_DNS_RESOLVER"]))
+        self.assertNotIn("GRPC_DNS_RESOLVER", dumps[0]["env"])
+        for f in self.outdir.iterdir():
+            f.unlink()
+        _, dumps = self.run_ok(["--nproc-per-node=1", ENV_PY, self.outdir], n=1,
+                               env_extra={"GRPC_DNS_RESOLVER": "ares"})
+        self.assertEqual(dumps[0]["env"]["GRPC_DNS_RESOLVER"], "ares")
+
     def test_default_nproc_is_one(self):
         res, dumps = self.run_ok([ENV_PY, self.outdir], n=1)
         self.assertEqual(dumps[0]["env"]["WORLD_SIZE"], "1")

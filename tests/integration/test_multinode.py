@@ -344,9 +344,11 @@ class JoinTimeoutTest(MultiNodeTestCase):
         res = self.finish_all([self.start_agent(2, 1, [PROBE, str(self.outdir)], node_rank=1,
                                                 conf="join_timeout=5.5")], timeout=25)[0]
         self.assertEqual(res.rc, EXIT_RDZV, res.describe())
-        self.assertIn("rendezvous: still waiting after 5 s: the coordinator does not answer yet", res.err,
-                      res.describe())
-        self.assertIn("could not reach the coordinator", res.err, res.describe())
+        refused = f"127.0.0.1 refused the connection on port {self.port} (nothing listens there)"
+        self.assertIn(f"rendezvous: still waiting after 5 s: cannot reach the coordinator at 127.0.0.1:{self.port}: "
+                      + refused, res.err, res.describe())
+        self.assertIn(f"rendezvous failed: cannot reach the coordinator at 127.0.0.1:{self.port}: " + refused,
+                      res.err, res.describe())
         self.assertEqual(list(self.outdir.iterdir()), [], "a worker ran without a world")
         self.assert_no_leftovers()
 

@@ -1,94 +1,19 @@
 """A 2-node ddplaunch job whose agents live in two network namespaces joined by a
-veth pair (10.231.X.1/30 <-> 10.231.X.2/30): node 1 reaches the coordinator and
-MASTER_ADDR only over that link, never over a shared loopback.
+veth pair (see netns_harness.py): node 1 reaches the coordinator and MASTER_ADDR
+only over that link, never over a shared loopback."""
 
-Needs root and permission to create network namespaces; skipped otherwise (many
-containers forbid `ip netns add`). Namespaces are named uniquely per test and
-deleted in cleanup, after every process of the test has been killed."""
-
-import os
-import secrets
-import shutil
-import subprocess
 import time
 import unittest
 
 from launcher_harness import torch_available, wait_for_file, worker
-from multinode_harness import EXIT_NODE_LOST, EXIT_RDZV, PROBE, MultiNodeTestCase, by_node_rank
+from multinode_harness import EXIT_NODE_LOST, EXIT_RDZV, PROBE, by_node_rank
+from netns_harness import NetnsTestCase, ip
 
 DIE = worker("die_on_rank.sh")
 SLEEPER = worker("sleeper.sh")
 ALLREDUCE = worker("torch_allreduce.py")
 
 TORCH_OK = torch_available()
-IP = shutil.which("ip") or "/usr/sbin/ip"
-
-
-def _ip(*args, timeout=10):
-    return subprocess.run([IP, *args], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                          stderr=subprocess.PIPE, text=True, timeout=timeout)
-
-
-class NetnsTestCase(MultiNodeTestCase):
-
-    @classmethod
-    def setUpClass(cls):
-        super().setUpClass()
-        if os.geteuid() != 0:
-            raise unittest.SkipTest("network namespaces need root")
-        if not os.path.exists(IP):
-            raise unittest.SkipTest("iproute2 `ip` not found")
-
-    def setUp(self):
-        self.namespaces = []
-        # registered before the harness's own cleanups, so it runs after them (LIFO):
-        # processes are killed first, then the namespaces go
-        self.addCleanup(self._delete_namespaces)
-        super().setUp()
-        tag = f"{os.getpid() % 100000}{secrets.token_hex(3)}"
-        self.ns = [f"ddpt{tag}n0", f"ddpt{tag}n1"]
-        self.ifname = ["ddpa" + tag[-6:], "ddpb" + tag[-6:]]
-        x = secrets.randbelow(256)
-        self.addr = [f"10.231.{x}.1", f"10.231.{x}.2"]
-        for ns in self.ns:
-            r = _ip("netns", "add", ns)
-            if r.returncode != 0:
-                self.skipTest(f"`ip netns add {ns}` failed (rc {r.returncode}): "
-                              f"{r.stderr.strip()}")
-            self.namespaces.append(ns)
-        steps = [
-            ["-n", self.ns[0], "link", "add", self.ifname[0], "type", "veth",
-             "peer", "name", self.ifname[1], "netns", self.ns[1]],
-            ["-n", self.ns[0], "addr", "add", f"{self.addr[0]}/30", "dev", self.ifname[0]],
-            ["-n", self.ns[1], "addr", "add", f"{self.addr[1]}/30", "dev", self.ifname[1]],
-            ["-n", self.ns[0], "link", "set", "lo", "up"],
-            ["-n", self.ns[1], "link", "set", "lo", "up"],
-            ["-n", self.ns[0], "link", "set", self.ifname[0], "up"],
-            ["-n", self.ns[1], "link", "set", self.ifname[1], "up"],
-        ]
-        for step in steps:
-            r = _ip(*step)
-            if r.returncode != 0:
-                self.skipTest(f"`ip {' '.join(step)}` failed (rc {r.returncode}): "
-                              f"{r.stderr.strip()}")
-        # the endpoint lives in node 0's namespace; any port is free there
-        self.host = self.addr[0]
-
-    def _delete_namespaces(self):
-        for ns in self.namespaces:
-            try:
-                _ip("netns", "del", ns)
-            except (OSError, subprocess.TimeoutExpired):
-                pass
-        self.namespaces = []
-
-    def wrap(self, k):
-        return [IP, "netns", "exec", self.ns[k]]
-
-    def start_node(self, k, nnodes, nproc, program, **kw):
-        env_extra = dict(kw.pop("env_extra", None) or {})
-        return self.start_agent(nnodes, nproc, program, node_rank=k, wrap=self.wrap(k),
-                                env_extra=env_extra, **kw)
 
 
 class NetnsJobTest(NetnsTestCase):
@@ -144,7 +69,7 @@ class NetnsJobTest(NetnsTestCase):
                     [self.current_output(l) for l in launches]))
         pids = [self.read_int(f"pid_{r}") for r in range(nnodes * nproc)]
         pids += [self.read_int(f"child_{r}") for r in range(nnodes * nproc)]
-        r = _ip("-n", self.ns[1], "link", "set", self.ifname[1], "down")
+        r = ip("-n", self.ns[1], "link", "set", self.ifname[1], "down")
         self.assertEqual(r.returncode, 0, r.stderr)
         t0 = time.monotonic()
         results = self.finish_all(launches, timeout=20)

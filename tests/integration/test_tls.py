@@ -34,15 +34,16 @@ class TlsTest(LauncherTestCase):
         make_certificates(self.certs)
         self.port = free_port()
 
-    def tls_flags(self):
-        return [f"--tls-cert={self.certs / 'node.pem'}", f"--tls-key={self.certs / 'node.key'}",
-                f"--tls-ca={self.certs / 'ca.pem'}"]
+    def tls_flags(self, certs=None):
+        certs = certs or self.certs
+        return [f"--tls-cert={certs / 'node.pem'}", f"--tls-key={certs / 'node.key'}",
+                f"--tls-ca={certs / 'ca.pem'}"]
 
-    def agent(self, node_rank, tls=True, conf="join_timeout=20"):
+    def agent(self, node_rank, tls=True, conf="join_timeout=20", certs=None):
         args = [f"--nnodes=2", f"--node-rank={node_rank}", f"--rdzv-endpoint=localhost:{self.port}",
                 "--nproc-per-node=1", f"--rdzv-conf={conf}", "--token=tls-test-token"]
         if tls:
-            args += self.tls_flags()
+            args += self.tls_flags(certs)
         return self.start(args + ["sh", "-c", "echo hello from $RANK of $WORLD_SIZE"])
 
     def test_agents_with_certificates_form_the_job(self):
@@ -55,13 +56,30 @@ class TlsTest(LauncherTestCase):
         self.assert_no_leftovers()
 
     def test_agent_without_tls_cannot_join(self):
-        node0 = self.agent(0, conf="join_timeout=4")
+        node0 = self.agent(0, conf="join_timeout=8")
         plain = self.agent(1, tls=False, conf="join_timeout=3")
         rp, r0 = self.finish(plain, timeout=25), self.finish(node0, timeout=25)
         self.assertEqual(rp.rc, RENDEZVOUS_FAILED, rp.describe())
-        self.assertIn("could not reach the coordinator", rp.err)
+        self.assertIn(f"rendezvous failed: cannot reach the coordinator at localhost:{self.port}: localhost "
+                      f"(127.0.0.1) accepts connections on port {self.port}, but gRPC cannot talk to it", rp.err,
+                      rp.describe())
+        self.assertIn("does it expect TLS (--tls-*) from this node?", rp.err)
         self.assertEqual(r0.rc, RENDEZVOUS_FAILED, r0.describe())
         self.assertIn("rendezvous timed out", r0.err)
+        self.assert_no_leftovers()
+
+    def test_a_certificate_from_another_ca_fails_the_handshake_and_says_so(self):
+        other = self.tmp / "other-certs"
+        other.mkdir()
+        make_certificates(other)
+        node0 = self.agent(0, conf="join_timeout=8")
+        stranger = self.agent(1, conf="join_timeout=3", certs=other)
+        rs, r0 = self.finish(stranger, timeout=25), self.finish(node0, timeout=25)
+        self.assertEqual(rs.rc, RENDEZVOUS_FAILED, rs.describe())
+        self.assertRegex(rs.err, rf"rendezvous failed: cannot reach the coordinator at localhost:{self.port}: .*"
+                                 rf"but the TLS handshake fails \(.*(certificate|handshake).*\): do all nodes use "
+                                 rf"matching --tls-cert, --tls-key and --tls-ca\?", rs.describe())
+        self.assertEqual(r0.rc, RENDEZVOUS_FAILED, r0.describe())
         self.assert_no_leftovers()
 
 

@@ -42,8 +42,11 @@ struct Fake {
                 "/etc/alternatives/libblas.so.3-x86_64-linux-gnu", true, false, false,
                 "OpenBLAS 0.3.21 DYNAMIC_ARCH NO_AFFINITY Haswell MAX_THREADS=64", "Haswell", ""};
   std::set<std::string> cpu_flags{"sse4_2", "avx", "avx2", "fma"};
+  // Every name resolves, the same through the system and through DNS.
+  ResolvedHost system_answer{{"192.0.2.10"}, ""};
+  ResolvedHost dns_answer{{"192.0.2.10"}, ""};
   // What the checks asked for.
-  std::vector<std::string> bound, connected, routed, measured;
+  std::vector<std::string> bound, connected, routed, measured, resolved;
 
   SystemProbe probe() {
     SystemProbe p;
@@ -77,6 +80,14 @@ struct Fake {
     };
     p.blas = [this] { return blas; };
     p.cpu_flags = [this] { return cpu_flags; };
+    p.resolve_host = [this](const std::string& h) {
+      resolved.push_back("system:" + h);
+      return system_answer;
+    };
+    p.resolve_dns = [this](const std::string& h) {
+      resolved.push_back("dns:" + h);
+      return dns_answer;
+    };
     return p;
   }
 };
@@ -457,6 +468,76 @@ TEST(DoctorPort, UnresolvableHostFails) {
   const auto& c = find(network_checks(in, f.probe()), "rendezvous port");
   EXPECT_EQ(c.level, CheckLevel::kFail);
   EXPECT_THAT(c.reason, HasSubstr("host no-such-host.invalid does not resolve: Name or service not known"));
+}
+
+TEST(DoctorRendezvousHost, ANameTheSystemAndDnsAgreeOnIsOk) {
+  Fake f;
+  PreflightInputs in;
+  in.rdzv_endpoint = "node0.cluster:29400";
+  const auto c = find(network_checks(in, f.probe()), "rendezvous host");
+  EXPECT_EQ(c.level, CheckLevel::kOk);
+  EXPECT_EQ(c.reason, "node0.cluster resolves to 192.0.2.10 (the system and DNS agree)");
+  EXPECT_EQ(f.resolved, (std::vector<std::string>{"system:node0.cluster", "dns:node0.cluster"}));
+}
+
+TEST(DoctorRendezvousHost, ANameOnlyTheHostsFileKnowsIsSaidToResolveViaTheSystemButNotViaDns) {
+  Fake f;
+  f.system_answer = {{"10.0.0.11", "fd00::11"}, ""};
+  f.dns_answer = {{}, "DNS does not know the name"};
+  PreflightInputs in;
+  in.rdzv_endpoint = "n1:29400";
+  const auto c = find(network_checks(in, f.probe()), "rendezvous host");
+  EXPECT_EQ(c.level, CheckLevel::kOk);  // ddplaunch resolves through the system
+  EXPECT_THAT(c.reason, HasSubstr("n1 resolves via the system but not via DNS (DNS does not know the name): "
+                                  "10.0.0.11, fd00::11;"));
+}
+
+TEST(DoctorRendezvousHost, AForcedGrpcDnsResolverMakesSuchANameFail) {
+  Fake f;
+  f.env["GRPC_DNS_RESOLVER"] = "ares";
+  f.system_answer = {{"10.0.0.11"}, ""};
+  f.dns_answer = {{}, "no DNS server answered"};
+  PreflightInputs in;
+  in.rdzv_endpoint = "n1";
+  const auto c = find(network_checks(in, f.probe()), "rendezvous host");
+  EXPECT_EQ(c.level, CheckLevel::kFail);
+  EXPECT_THAT(c.reason, HasSubstr("GRPC_DNS_RESOLVER=ares in the environment"));
+  f.env["GRPC_DNS_RESOLVER"] = "native";
+  EXPECT_EQ(find(network_checks(in, f.probe()), "rendezvous host").level, CheckLevel::kOk);
+}
+
+TEST(DoctorRendezvousHost, DifferentAnswersAreBothShown) {
+  Fake f;
+  f.system_answer = {{"10.0.0.11"}, ""};
+  f.dns_answer = {{"198.51.100.7"}, ""};
+  PreflightInputs in;
+  in.rdzv_endpoint = "n1";
+  EXPECT_EQ(find(network_checks(in, f.probe()), "rendezvous host").reason,
+            "n1 resolves to 10.0.0.11 through the system; DNS alone says 198.51.100.7");
+}
+
+TEST(DoctorRendezvousHost, ANameTheSystemCannotResolveFails) {
+  Fake f;
+  f.system_answer = {{}, "Name or service not known"};
+  PreflightInputs in;
+  in.rdzv_endpoint = "trainr0:29400";
+  const auto c = find(network_checks(in, f.probe()), "rendezvous host");
+  EXPECT_EQ(c.level, CheckLevel::kFail);
+  EXPECT_THAT(c.reason, HasSubstr("cannot resolve trainr0 through the system (Name or service not known)"));
+}
+
+TEST(DoctorRendezvousHost, AddressesAndLocalhostNeedNoDns) {
+  Fake f;
+  PreflightInputs in;
+  in.rdzv_endpoint = "[fd00::11]:29400";
+  EXPECT_FALSE(has(network_checks(in, f.probe()), "rendezvous host"));
+  in.rdzv_endpoint = "10.0.0.11";
+  EXPECT_FALSE(has(network_checks(in, f.probe()), "rendezvous host"));
+  EXPECT_TRUE(f.resolved.empty());
+  in.rdzv_endpoint = "localhost:29400";
+  f.system_answer = {{"127.0.0.1"}, ""};
+  EXPECT_EQ(find(network_checks(in, f.probe()), "rendezvous host").reason, "localhost resolves to 127.0.0.1: this machine only");
+  EXPECT_EQ(f.resolved, std::vector<std::string>{"system:localhost"});
 }
 
 TEST(DoctorPort, EndpointSyntax) {

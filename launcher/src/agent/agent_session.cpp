@@ -56,16 +56,9 @@ Assignment AgentSession::join(int64_t generation) {
     throw PlanError(exit_code::for_signal(signal), "interrupted");
   }
   if (!s.ok()) {
-    // gRPC's own words for an unreachable peer are terse; say what to check.
-    const bool unreachable = s.code() == StatusCode::kUnavailable ||
-                             (s.code() == StatusCode::kDeadlineExceeded && s.message() == "Deadline Exceeded");
-    const std::string why =
-        unreachable ? fmt::format("could not reach the coordinator at {} ({}); is node 0 up, and do the TLS "
-                                  "settings match?",
-                                  settings_.endpoint, s.message())
-                    : s.message();
-    spdlog::error("rendezvous failed: {}", why);
-    throw PlanError(exit_code::kRendezvous, "rendezvous failed: " + why);
+    // The client has put what it knows about an unreachable coordinator into the message.
+    spdlog::error("rendezvous failed: {}", s.message());
+    throw PlanError(exit_code::kRendezvous, "rendezvous failed: " + s.message());
   }
   assignment_ = result.assignment;
   spdlog::info("joined as node {} of {}: ranks {}..{} of {}, MASTER_ADDR={} MASTER_PORT={}", assignment_.node_rank,

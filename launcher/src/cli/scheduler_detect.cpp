@@ -9,6 +9,7 @@
 
 #include "cli/stream_selection.h"  // parse_int
 #include "cli/usage_error.h"
+#include "net/host_port.h"
 
 namespace ddp {
 namespace {
@@ -72,12 +73,6 @@ std::string required(const GetEnv& getenv, const char* name, const std::string& 
 
 // ------------------------------------------------------------------ endpoints
 
-// HOST[:PORT] before the default port is known to apply.
-struct Endpoint {
-  std::string host;
-  std::optional<int> port;
-};
-
 // Port 0 ("pick one") makes no sense for an address other nodes must dial.
 int to_port(const std::string& text, const std::string& what) {
   const int port = to_int(text, what);
@@ -87,43 +82,27 @@ int to_port(const std::string& text, const std::string& what) {
 
 // HOST, HOST:PORT, [IPv6] and [IPv6]:PORT as torchrun writes them; a bare IPv6
 // address (more than one colon, no brackets) is a host without a port.
-Endpoint parse_endpoint(const std::string& text, const std::string& what) {
-  const auto bad = [&](const char* why) { return UsageError(fmt::format("{}='{}': {}", what, text, why)); };
-  if (text.empty()) throw bad("empty endpoint");
-  if (text.front() == '[') {
-    const auto close = text.find(']');
-    if (close == std::string::npos || close == 1) throw bad("expected [IPv6] or [IPv6]:PORT");
-    Endpoint e{text.substr(1, close - 1), std::nullopt};
-    if (close + 1 == text.size()) return e;
-    if (text[close + 1] != ':') throw bad("expected ':PORT' after ']'");
-    e.port = to_port(text.substr(close + 2), what);
-    return e;
-  }
-  const auto colon = text.find(':');
-  if (colon == std::string::npos || text.find(':', colon + 1) != std::string::npos) return {text, std::nullopt};
-  if (colon == 0) throw bad("missing host");
-  return {text.substr(0, colon), to_port(text.substr(colon + 1), what)};
-}
-
-// For notes: how a user would write the endpoint back.
-std::string show_endpoint(const std::string& host, int port) {
-  return host.find(':') != std::string::npos ? fmt::format("[{}]:{}", host, port) : fmt::format("{}:{}", host, port);
+HostPort parse_endpoint(const std::string& text, const std::string& what) {
+  std::string why;
+  auto endpoint = parse_host_port(text, why);
+  if (!endpoint) throw UsageError(fmt::format("{}='{}': {}", what, text, why));
+  return *endpoint;
 }
 
 // Host and port always travel together, so a caller never sees a host
 // without the port it would dial.
-void set_endpoint(DetectedTopology& t, const Endpoint& e, int default_port) {
+void set_endpoint(DetectedTopology& t, const HostPort& e, int default_port) {
   t.rdzv_host = e.host;
   t.rdzv_port = e.port.value_or(default_port);
 }
 
 // MASTER_ADDR[:MASTER_PORT] as torchrun's static rendezvous reads them; the
 // port is optional, the address is what makes the pair count.
-std::optional<Endpoint> master_endpoint(const GetEnv& getenv, const char* addr_name, const char* port_name) {
+std::optional<HostPort> master_endpoint(const GetEnv& getenv, const char* addr_name, const char* port_name) {
   const auto addr = env_value(getenv, addr_name);
   if (!addr) return std::nullopt;
   const auto port = env_value(getenv, port_name);
-  return Endpoint{*addr, port ? std::optional<int>(to_port(*port, port_name)) : std::nullopt};
+  return HostPort{*addr, port ? std::optional<int>(to_port(*port, port_name)) : std::nullopt};
 }
 
 // ------------------------------------------------------------ slurm node list
@@ -244,7 +223,7 @@ std::optional<DetectedTopology> from_torchrun_env(const GetEnv& getenv, int defa
   }
   set_endpoint(t, *master, default_port);
   t.notes.push_back(
-      fmt::format("rendezvous endpoint {} from MASTER_ADDR[:MASTER_PORT]", show_endpoint(*t.rdzv_host, *t.rdzv_port)));
+      fmt::format("rendezvous endpoint {} from MASTER_ADDR[:MASTER_PORT]", format_host_port(*t.rdzv_host, *t.rdzv_port)));
   return t;
 }
 
@@ -438,7 +417,7 @@ struct Asked {
 struct Request {
   Asked<int> nnodes;
   Asked<int> node_rank;
-  Asked<Endpoint> endpoint;
+  Asked<HostPort> endpoint;
   Asked<std::string> job_id;
 };
 
@@ -450,7 +429,7 @@ void check_flags(const TopologyFlags& f) {
 
 // The rendezvous endpoint as torchrun would take it: --rdzv-endpoint, else
 // PET_RDZV_ENDPOINT, else its static-rendezvous default PET_MASTER_ADDR[:PORT].
-Asked<Endpoint> asked_endpoint(const TopologyFlags& f, const GetEnv& getenv) {
+Asked<HostPort> asked_endpoint(const TopologyFlags& f, const GetEnv& getenv) {
   if (f.rdzv_endpoint) return {parse_endpoint(*f.rdzv_endpoint, "--rdzv-endpoint"), "--rdzv-endpoint"};
   if (const auto pet = env_value(getenv, "PET_RDZV_ENDPOINT")) {
     return {parse_endpoint(*pet, "PET_RDZV_ENDPOINT"), "PET_RDZV_ENDPOINT"};
@@ -520,7 +499,7 @@ void apply_request(DetectedTopology& t, const Request& r, int default_port) {
     set_endpoint(t, *r.endpoint.value, default_port);
     if (t.source != "flags") {
       t.notes.push_back(
-          fmt::format("rendezvous endpoint {} from {}", show_endpoint(*t.rdzv_host, *t.rdzv_port), r.endpoint.origin));
+          fmt::format("rendezvous endpoint {} from {}", format_host_port(*t.rdzv_host, *t.rdzv_port), r.endpoint.origin));
     }
   }
   if (r.job_id.value) t.job_id = r.job_id.value;
@@ -533,7 +512,7 @@ void prefer_master_env(DetectedTopology& t, const GetEnv& getenv, int default_po
   if (!master) return;
   const std::optional<std::string> derived = t.rdzv_host;
   set_endpoint(t, *master, default_port);
-  const std::string shown = show_endpoint(*t.rdzv_host, *t.rdzv_port);
+  const std::string shown = format_host_port(*t.rdzv_host, *t.rdzv_port);
   t.notes.push_back(derived && *derived != master->host
                         ? fmt::format("rendezvous endpoint {} from MASTER_ADDR[:MASTER_PORT], not {}", shown, *derived)
                         : fmt::format("rendezvous endpoint {} from MASTER_ADDR[:MASTER_PORT]", shown));

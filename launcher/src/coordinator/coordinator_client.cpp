@@ -8,7 +8,9 @@
 
 #include <spdlog/spdlog.h>
 
+#include "coordinator/coordinator_reachability.h"
 #include "coordinator/grpc_status.h"
+#include "net/host_port.h"
 
 namespace ddp {
 namespace {
@@ -33,26 +35,30 @@ void set_deadline(grpc::ClientContext& ctx, Duration timeout) {
 
 int64_t to_ms(Duration d) { return std::chrono::duration_cast<std::chrono::milliseconds>(d).count(); }
 
-// What a long rendezvous is waiting for, from the channel's side: whether the
-// coordinator answers at all, or the other nodes have not joined yet.
-const char* join_wait_reason(grpc_connectivity_state state) {
-  switch (state) {
-    case GRPC_CHANNEL_READY:
-      return "connected to the coordinator; waiting for the other node(s) to join";
-    case GRPC_CHANNEL_TRANSIENT_FAILURE:
-      return "the coordinator does not answer yet (connection refused or failed; retrying)";
-    case GRPC_CHANNEL_CONNECTING:
-      return "still connecting to the coordinator";
-    default:
-      return "not connected to the coordinator yet";
+// What a long rendezvous is waiting for: the other nodes, or the connection
+// (and then why it fails, once a diagnosis has finished). A diagnosis that
+// runs for long is waiting on a name lookup (the rest is bounded to seconds).
+std::string join_wait_reason(grpc_connectivity_state state, const std::string& endpoint,
+                             const ConnectionDiagnosis* diagnosis) {
+  if (state == GRPC_CHANNEL_READY) return "connected to the coordinator; waiting for the other node(s) to join";
+  if (diagnosis == nullptr) return fmt::format("still connecting to the coordinator at {}", endpoint);
+  if (const std::string why = diagnosis->latest(); !why.empty()) {
+    return fmt::format("cannot reach the coordinator at {}: {}", endpoint, why);
   }
+  const auto pending_s = std::chrono::duration_cast<std::chrono::seconds>(diagnosis->running_for()).count();
+  if (pending_s >= 4) {
+    return fmt::format("still connecting to the coordinator at {}; looking its host up has taken {} s so far (name "
+                       "servers that do not answer?)",
+                       endpoint, pending_s);
+  }
+  return fmt::format("still connecting to the coordinator at {}", endpoint);
 }
 
 }  // namespace
 
 CoordinatorClient::CoordinatorClient(const std::string& target, const std::string& job_id, const std::string& token,
                                      const TlsFiles& tls)
-    : job_id_(job_id), token_(token) {
+    : endpoint_(target), job_id_(job_id), token_(token) {
   grpc::ChannelArguments args;
   // Keep one connection per agent: thousands of parked calls multiplex on it.
   args.SetInt(GRPC_ARG_ENABLE_RETRIES, 1);
@@ -61,13 +67,27 @@ CoordinatorClient::CoordinatorClient(const std::string& target, const std::strin
   args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
   args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 100);
   args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 2000);
+  // A name whose address changes (a rescheduled pod) is looked up again at
+  // most every second on reconnection, not gRPC's default 30 s.
+  args.SetInt(GRPC_ARG_DNS_MIN_TIME_BETWEEN_RESOLUTIONS_MS, 1000);
   channel_ = grpc::CreateCustomChannel(target, channel_credentials(tls), args);
   stub_ = pb::Coordinator::NewStub(channel_);
+  std::string why;
+  if (const auto endpoint = parse_host_port(target, why); endpoint && endpoint->port) {
+    diagnosis_ = std::make_unique<ConnectionDiagnosis>(
+        coordinator_reachability_probe(endpoint->host, *endpoint->port, channel_, !tls.ca.empty() || tls.enabled()));
+  }
 }
+
+CoordinatorClient::~CoordinatorClient() = default;
 
 CoordinatorClient::CoordinatorClient(std::shared_ptr<grpc::Channel> channel, const std::string& job_id,
                                      const std::string& token)
-    : channel_(std::move(channel)), stub_(pb::Coordinator::NewStub(channel_)), job_id_(job_id), token_(token) {}
+    : endpoint_("the in-process coordinator"),
+      channel_(std::move(channel)),
+      stub_(pb::Coordinator::NewStub(channel_)),
+      job_id_(job_id),
+      token_(token) {}
 
 void CoordinatorClient::authorize(pb::JobAuth* auth) const {
   auth->set_job_id(job_id_);
@@ -98,18 +118,48 @@ Status CoordinatorClient::join(const JoinParams& p, int max_restarts, Duration t
   auto finished = done.get_future();
   stub_->async()->Join(&ctx, &req, &reply, [&done](grpc::Status status) { done.set_value(std::move(status)); });
   constexpr auto kProgressEvery = std::chrono::seconds(5);
-  auto next_progress = std::chrono::steady_clock::now() + kProgressEvery;
+  // A channel not connected after a second gets a diagnosis, ready for the
+  // first progress line; each line starts the next one.
+  constexpr auto kDiagnoseAfter = std::chrono::seconds(1);
+  const auto started = std::chrono::steady_clock::now();
+  auto next_progress = started + kProgressEvery;
+  bool diagnosed = false;
+  bool ever_connected = false;
+  bool gave_up = false;
   int waited_s = 0;
   while (finished.wait_for(std::chrono::milliseconds(100)) != std::future_status::ready) {
     if (should_abort && should_abort()) ctx.TryCancel();
-    if (std::chrono::steady_clock::now() >= next_progress) {
+    const auto now = std::chrono::steady_clock::now();
+    const grpc_connectivity_state state = channel_->GetState(/*try_to_connect=*/false);
+    ever_connected = ever_connected || state == GRPC_CHANNEL_READY;
+    // Nobody to answer at the join timeout: do not wait the coordinator's grace on top.
+    if (!ever_connected && !gave_up && now - started >= timeout) {
+      gave_up = true;
+      ctx.TryCancel();
+    }
+    if (diagnosis_ && !diagnosed && state != GRPC_CHANNEL_READY && now - started >= kDiagnoseAfter) {
+      diagnosis_->start();
+      diagnosed = true;
+    }
+    if (now >= next_progress) {
       next_progress += kProgressEvery;
       waited_s += static_cast<int>(kProgressEvery.count());
       spdlog::info("rendezvous: still waiting after {} s: {}", waited_s,
-                   join_wait_reason(channel_->GetState(/*try_to_connect=*/false)));
+                   join_wait_reason(state, endpoint_, diagnosis_.get()));
+      if (diagnosis_ && state != GRPC_CHANNEL_READY) diagnosis_->start();
     }
   }
-  const Status s = from_grpc(finished.get());
+  Status s = from_grpc(finished.get());
+  if (gave_up && s.code() == StatusCode::kCancelled) s = {StatusCode::kDeadlineExceeded, "Deadline Exceeded"};
+  if (!s.ok() && diagnosis_ && channel_->GetState(false) != GRPC_CHANNEL_READY &&
+      (s.code() == StatusCode::kUnavailable || s.code() == StatusCode::kDeadlineExceeded)) {
+    // gRPC's own words ("Deadline Exceeded") name no cause: say what the network says.
+    const std::string why = diagnosis_->finish_within(std::chrono::milliseconds(3000));
+    s = {s.code(), why.empty() ? fmt::format("could not reach the coordinator at {} ({}); is node 0 up, and do the "
+                                             "TLS settings match?",
+                                             endpoint_, s.message())
+                               : fmt::format("cannot reach the coordinator at {}: {}", endpoint_, why)};
+  }
   if (!s.ok()) return s;
   Assignment& a = result.assignment;
   a.node_rank = reply.node_rank();

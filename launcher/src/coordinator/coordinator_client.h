@@ -10,6 +10,7 @@
 #include <optional>
 #include <string>
 
+#include "coordinator/connection_diagnosis.h"
 #include "coordinator/coordinator_job.h"
 #include "coordinator/coordinator_server.h"
 #include "ddplaunch/v1/coordinator.grpc.pb.h"
@@ -29,9 +30,12 @@ class CoordinatorClient {
                     const TlsFiles& tls = {});
   /// Over an existing channel (e.g. CoordinatorServer::in_process_channel()).
   CoordinatorClient(std::shared_ptr<grpc::Channel> channel, const std::string& job_id, const std::string& token);
+  ~CoordinatorClient();
 
   /// Waits for the world to form. should_abort is polled while waiting (every
-  /// 100 ms); when it returns true the join is cancelled (Cancelled).
+  /// 100 ms); when it returns true the join is cancelled (Cancelled). Logs a
+  /// progress line every 5 s; while the coordinator cannot be reached, that
+  /// line and the final error say why (ConnectionDiagnosis).
   Status join(const JoinParams& params, int max_restarts, Duration timeout, JoinResult& result,
               const std::function<bool()>& should_abort = {});
   /// workers: the node's latest worker heartbeats; dump_ranks (optional)
@@ -57,7 +61,9 @@ class CoordinatorClient {
   void authorize(::ddplaunch::v1::JobAuth* auth) const;
 
  private:
+  std::string endpoint_;  // host:port as given, for messages
   std::shared_ptr<grpc::Channel> channel_;
+  std::unique_ptr<ConnectionDiagnosis> diagnosis_;  // null for in-process channels
   std::unique_ptr<::ddplaunch::v1::Coordinator::Stub> stub_;
   std::string job_id_;
   std::string token_;

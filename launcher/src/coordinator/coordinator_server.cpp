@@ -7,6 +7,7 @@
 #include <sstream>
 
 #include "coordinator/coordinator_service.h"
+#include "net/host_port.h"
 
 namespace ddp {
 namespace {
@@ -20,10 +21,7 @@ std::shared_ptr<grpc::ServerCredentials> server_credentials(const TlsFiles& tls)
   return grpc::SslServerCredentials(options);
 }
 
-std::string listen_target(const ServerAddress& a) {
-  const bool ipv6 = a.host.find(':') != std::string::npos;
-  return ipv6 ? fmt::format("[{}]:{}", a.host, a.port) : fmt::format("{}:{}", a.host, a.port);
-}
+std::string listen_target(const ServerAddress& a) { return format_host_port(a.host, a.port); }
 
 }  // namespace
 

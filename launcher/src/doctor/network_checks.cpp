@@ -8,6 +8,8 @@
 #include <sstream>
 
 #include "doctor/preflight.h"
+#include "net/host_port.h"
+#include "net/system_resolver.h"
 
 namespace ddp {
 namespace {
@@ -46,50 +48,6 @@ std::vector<std::string> split_commas(const std::string& s) {
 
 bool is_loopback_host(const std::string& host) {
   return host == "localhost" || host == "::1" || host.rfind("127.", 0) == 0;
-}
-
-struct HostPort {
-  std::string host;
-  int port = 0;
-  std::string error;
-};
-
-HostPort parse_host_port(const std::string& text, int default_port) {
-  HostPort hp;
-  std::string port_text;
-  if (!text.empty() && text.front() == '[') {
-    const auto close = text.find(']');
-    if (close == std::string::npos || close == 1) return {"", 0, "expected [IPv6] or [IPv6]:PORT"};
-    hp.host = text.substr(1, close - 1);
-    if (close + 1 < text.size()) {
-      if (text[close + 1] != ':') return {"", 0, "expected ':PORT' after ']'"};
-      port_text = text.substr(close + 2);
-      if (port_text.empty()) return {"", 0, "empty port"};
-    }
-  } else {
-    const auto colon = text.find(':');
-    if (colon == std::string::npos || text.find(':', colon + 1) != std::string::npos) {
-      hp.host = text;  // a bare IPv6 address has no port
-    } else {
-      hp.host = text.substr(0, colon);
-      port_text = text.substr(colon + 1);
-      if (port_text.empty()) return {"", 0, "empty port"};
-    }
-  }
-  if (hp.host.empty()) return {"", 0, "missing host"};
-  hp.port = default_port;
-  if (!port_text.empty()) {
-    if (port_text.size() > 5 || port_text.find_first_not_of("0123456789") != std::string::npos) {
-      return {"", 0, fmt::format("port '{}' is not a number", port_text)};
-    }
-    hp.port = std::stoi(port_text);
-    if (hp.port < 1 || hp.port > 65535) return {"", 0, fmt::format("port {} is out of range 1-65535", hp.port)};
-  }
-  return hp;
-}
-
-std::string show(const std::string& host, int port) {
-  return host.find(':') != std::string::npos ? fmt::format("[{}]:{}", host, port) : fmt::format("{}:{}", host, port);
 }
 
 // NCCL_SOCKET_IFNAME set: what it selects.
@@ -213,11 +171,51 @@ CheckResult default_interface_check(const std::optional<std::string>& remote_hos
   return c;
 }
 
+// The rendezvous host's name: does the system resolve it, to what, and would
+// a resolver that asks DNS alone find it too? Every agent must resolve it.
+CheckResult rendezvous_host_check(const std::string& host, const SystemProbe& p) {
+  CheckResult c{"rendezvous host", CheckLevel::kOk, ""};
+  const ResolvedHost system = p.resolve_host(host);
+  if (!system.ok()) {
+    c.level = CheckLevel::kFail;
+    c.reason = fmt::format("cannot resolve {} through the system ({}): check the name, /etc/hosts and DNS on "
+                           "every node",
+                           host, system.error);
+    return c;
+  }
+  const std::string addresses = join_addresses(system.addresses);
+  if (is_loopback_host(host)) {  // /etc/hosts' own business, never DNS's
+    c.reason = fmt::format("{} resolves to {}: this machine only", host, addresses);
+    return c;
+  }
+  const ResolvedHost dns = p.resolve_dns(host);
+  if (dns.ok()) {
+    const bool agree = std::is_permutation(dns.addresses.begin(), dns.addresses.end(), system.addresses.begin(),
+                                           system.addresses.end());
+    c.reason = agree ? fmt::format("{} resolves to {} (the system and DNS agree)", host, addresses)
+                     : fmt::format("{} resolves to {} through the system; DNS alone says {}", host, addresses,
+                                   join_addresses(dns.addresses));
+    return c;
+  }
+  c.reason = fmt::format("{} resolves via the system but not via DNS ({}): {}; ddplaunch resolves names through "
+                         "the system, but tools that ask DNS directly will not find it",
+                         host, dns.error, addresses);
+  // gRPC's c-ares resolver is such a tool; a user's GRPC_DNS_RESOLVER wins over ddplaunch's choice.
+  const auto grpc_resolver = p.getenv ? p.getenv("GRPC_DNS_RESOLVER") : std::nullopt;
+  if (grpc_resolver && *grpc_resolver != "native") {
+    c.level = CheckLevel::kFail;
+    c.reason += fmt::format(", and GRPC_DNS_RESOLVER={} in the environment makes ddplaunch's gRPC one of them: "
+                            "unset it (or set it to native)",
+                            *grpc_resolver);
+  }
+  return c;
+}
+
 // A port that this host should bind (free) or a remote one it should reach.
 CheckResult port_check(const std::string& name, const std::string& flag, const std::string& host, int port,
                        const SystemProbe& p) {
   CheckResult c{name, CheckLevel::kOk, ""};
-  const std::string where = show(host, port);
+  const std::string where = format_host_port(host, port);
   const SocketOutcome bound = p.bind_port(host, port);
   if (bound.error == 0) {
     c.reason = fmt::format("{} is free on this host ({})", where, flag);
@@ -302,7 +300,8 @@ IfnameFilter parse_nccl_ifname(const std::string& value) {
 }
 
 std::string rdzv_endpoint_error(const std::string& endpoint) {
-  return parse_host_port(endpoint, kDefaultRdzvPort).error;
+  std::string why;
+  return parse_host_port(endpoint, why) ? "" : why;
 }
 
 std::vector<CheckResult> network_checks(const PreflightInputs& in, const SystemProbe& p) {
@@ -310,12 +309,12 @@ std::vector<CheckResult> network_checks(const PreflightInputs& in, const SystemP
   const std::vector<NetInterface> ifs = p.interfaces ? p.interfaces() : std::vector<NetInterface>{};
   std::optional<HostPort> rdzv;
   if (!in.rdzv_endpoint.empty()) {
-    HostPort hp = parse_host_port(in.rdzv_endpoint, kDefaultRdzvPort);
-    if (!hp.error.empty()) {
-      out.push_back({"rendezvous port", CheckLevel::kFail,
-                     fmt::format("--rdzv-endpoint '{}': {}", in.rdzv_endpoint, hp.error)});
-    } else {
-      rdzv = hp;
+    std::string why;
+    rdzv = parse_host_port(in.rdzv_endpoint, why);
+    if (!rdzv) {
+      out.push_back({"rendezvous port", CheckLevel::kFail, fmt::format("--rdzv-endpoint '{}': {}", in.rdzv_endpoint, why)});
+    } else if (!rdzv->port) {
+      rdzv->port = kDefaultRdzvPort;
     }
   }
 
@@ -328,7 +327,7 @@ std::vector<CheckResult> network_checks(const PreflightInputs& in, const SystemP
     int port = kDefaultRdzvPort;
     if (rdzv && !is_loopback_host(rdzv->host)) {
       remote = rdzv->host;
-      port = rdzv->port;
+      port = *rdzv->port;
     } else if (in.master_port > 0 && !in.master_addr.empty() && !is_loopback_host(in.master_addr)) {
       remote = in.master_addr;
       port = in.master_port;
@@ -344,7 +343,10 @@ std::vector<CheckResult> network_checks(const PreflightInputs& in, const SystemP
     out.push_back(port_check("master port", "--master-port", in.master_addr.empty() ? "127.0.0.1" : in.master_addr,
                              in.master_port, p));
   }
-  if (rdzv) out.push_back(port_check("rendezvous port", "--rdzv-endpoint", rdzv->host, rdzv->port, p));
+  if (rdzv && !is_numeric_address(rdzv->host) && p.resolve_host && p.resolve_dns) {
+    out.push_back(rendezvous_host_check(rdzv->host, p));
+  }
+  if (rdzv) out.push_back(port_check("rendezvous port", "--rdzv-endpoint", rdzv->host, *rdzv->port, p));
   if (in.master_port <= 0 && in.rdzv_endpoint.empty()) {
     out.push_back({"rendezvous port", CheckLevel::kOk,
                    "none given (--master-port, --rdzv-endpoint): ddplaunch picks a free port at launch"});

@@ -8,7 +8,6 @@
 #include <net/if.h>
 #include <netdb.h>
 #include <netinet/in.h>
-#include <poll.h>
 #include <sys/socket.h>
 #include <sys/statvfs.h>
 #include <unistd.h>
@@ -20,6 +19,7 @@
 #include <fstream>
 
 #include "blas/openblas_core.h"
+#include "net/tcp_probe.h"
 
 namespace ddp {
 namespace {
@@ -243,32 +243,14 @@ SocketOutcome probe_bind(const std::string& host, int port) {
 }
 
 SocketOutcome probe_connect(const std::string& host, int port, int timeout_ms) {
+  const TcpProbe probe = probe_tcp(host, port, std::chrono::milliseconds(timeout_ms));
   SocketOutcome out;
-  addrinfo* found = resolve(host, port, SOCK_STREAM, 0, out);
-  if (found == nullptr) return out;
-  out.error = EHOSTUNREACH;
-  for (addrinfo* ai = found; ai != nullptr; ai = ai->ai_next) {
-    const int fd = socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC | SOCK_NONBLOCK, ai->ai_protocol);
-    if (fd < 0) continue;
-    int err = 0;
-    if (connect(fd, ai->ai_addr, ai->ai_addrlen) != 0) {
-      err = errno;
-      if (err == EINPROGRESS) {
-        pollfd p{fd, POLLOUT, 0};
-        const int n = poll(&p, 1, timeout_ms);
-        if (n == 0) {
-          err = ETIMEDOUT;
-        } else {
-          socklen_t len = sizeof err;
-          getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len);
-        }
-      }
-    }
-    close(fd);
-    out.error = err;
-    if (err == 0) break;
+  if (!probe.resolve_error.empty()) {
+    out.error = SocketOutcome::kUnresolved;
+    out.message = probe.resolve_error;
+    return out;
   }
-  freeaddrinfo(found);
+  out.error = probe.tried.empty() ? EHOSTUNREACH : probe.tried.back().error;
   if (out.error != 0) out.message = std::strerror(out.error);
   return out;
 }
@@ -398,6 +380,8 @@ SystemProbe real_system_probe(const std::string& proc_root, const std::string& e
   p.interfaces = probe_interfaces;
   p.bind_port = probe_bind;
   p.connect_port = probe_connect;
+  p.resolve_host = resolve_host;
+  p.resolve_dns = resolve_host_via_dns;
   p.route_to = probe_route;
   p.disk = probe_disk;
   p.blas = [etc_root] { return probe_blas(etc_root); };

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "cli/launch_plan.h"  // GetEnv
+#include "net/system_resolver.h"
 
 namespace ddp {
 
@@ -88,6 +89,10 @@ struct SystemProbe {
   std::function<SocketOutcome(const std::string& host, int port)> bind_port;
   /// TCP connect with a timeout.
   std::function<SocketOutcome(const std::string& host, int port, int timeout_ms)> connect_port;
+  /// A host name as the system resolves it (getaddrinfo, so nsswitch: files,
+  /// NIS, LDAP, DNS) and as DNS alone does (system_resolver.h).
+  std::function<ResolvedHost(const std::string& host)> resolve_host;
+  std::function<ResolvedHost(const std::string& host)> resolve_dns;
   /// Connected UDP socket: which local address the route to host uses.
   std::function<SocketOutcome(const std::string& host, int port)> route_to;
   std::function<DiskInfo(const std::string& dir)> disk;

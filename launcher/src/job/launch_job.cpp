@@ -21,6 +21,7 @@
 #include "coordinator/coordinator_server.h"
 #include "job/event_loop.h"
 #include "job/worker_env.h"
+#include "net/host_port.h"
 #include "output/output_router.h"
 #include "process/posix_spawner.h"
 #include "agent/worker_health_board.h"
@@ -332,7 +333,7 @@ int run_launch(const LaunchPlan& plan, OrphanSentinel* sentinel) {
 
   const std::unique_ptr<CoordinatorServer> coordinator = host_coordinator(plan, tls);
   const std::string endpoint = plan.nnodes == 1 ? fmt::format("127.0.0.1:{}", coordinator->port())
-                                                : fmt::format("{}:{}", plan.rdzv_host, plan.rdzv_port);
+                                                : format_host_port(plan.rdzv_host, plan.rdzv_port);
   const JobRegistration registered(
       {plan.job_id, endpoint, plan.token, plan.tls_cert, plan.tls_key, plan.tls_ca, static_cast<int>(getpid()),
        std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count()});

@@ -2,6 +2,8 @@
 
 #include <map>
 
+#include "net/grpc_name_resolution.h"
+
 extern char** environ;
 
 namespace ddp {
@@ -74,7 +76,7 @@ std::vector<std::string> build_worker_env(const std::vector<std::string>& base, 
 std::vector<std::string> current_environment() {
   std::vector<std::string> env;
   for (char** e = environ; *e != nullptr; ++e) env.emplace_back(*e);
-  return env;
+  return without_own_grpc_settings(std::move(env));
 }
 
 }  // namespace ddp

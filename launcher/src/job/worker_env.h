@@ -45,7 +45,8 @@ struct WorkerIdentity {
 /// not set them.
 std::vector<std::string> build_worker_env(const std::vector<std::string>& base, const WorkerIdentity& id);
 
-/// The calling process's environment as "NAME=value" entries.
+/// The calling process's environment as "NAME=value" entries, less what
+/// ddplaunch set only for itself (grpc_name_resolution.h).
 std::vector<std::string> current_environment();
 
 }  // namespace ddp
