@@ -21,7 +21,11 @@ export CCACHE_BASEDIR=${CCACHE_BASEDIR:-$repo}
 export CCACHE_NOHASHDIR=${CCACHE_NOHASHDIR:-true}
 
 cmake -S "$repo" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
-cmake --build "$build" -j "$jobs"
+# The main job needs the launcher and the trainer only; the tests need everything.
+case "$mode" in
+  main) cmake --build "$build" -j "$jobs" --target ddplaunch ddptrain ;;
+  *) cmake --build "$build" -j "$jobs" ;;
+esac
 
 case "$mode" in
   main)

@@ -10,7 +10,7 @@
 #include <string>
 
 #include "cli/launch_options.h"
-#include "cli/launch_plan.h"
+#include "topology/launch_plan.h"
 #include "cli/serve_command.h"
 #include "cli/status_command.h"
 #include "cli/usage_error.h"
@@ -23,6 +23,7 @@
 #include "net/grpc_name_resolution.h"
 #include "nccl/diagnose_command.h"
 #include "process/orphan_sentinel.h"
+#include "process/stop_signals.h"
 
 namespace {
 
@@ -65,6 +66,9 @@ int main(int argc, char** argv) {
     // Before ddplaunch binds any port of its own, or the port check finds it taken.
     if (options->preflight && !preflight_passes(*options)) return exit_code::kUsage;
     plan = resolve_launch_plan(*options, process_getenv());
+    // Still before any thread: the signals that stop this job (--signals-to-handle).
+    set_stop_signals(plan.stop_signals);
+    block_handled_signals();
   } catch (const UsageError& e) {
     std::fprintf(stderr, "ddplaunch: error: %s\n", e.what());
     return exit_code::kUsage;

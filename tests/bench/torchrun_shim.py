@@ -13,6 +13,9 @@ Note: torch 1.13 only knows the underscore spellings (--nproc_per_node,
 --no_python, --monitor_interval, ...); the dash forms came with torch 2.x.
 
 Usage: /usr/bin/python3 torchrun_shim.py [torchrun options] PROGRAM [ARGS...]
+       /usr/bin/python3 torchrun_shim.py --as-launch [torch.distributed.launch options] PROGRAM [ARGS...]
+(the second form runs the older ``python -m torch.distributed.launch`` instead,
+which builds on the same torchrun code and needs the same mend).
 """
 import re
 import sys
@@ -46,7 +49,11 @@ def _std_from_str(cls, vm):
 _mp_api.Std.from_str = classmethod(_std_from_str)
 
 if __name__ == "__main__":
-    from torch.distributed.run import main
+    if len(sys.argv) > 1 and sys.argv[1] == "--as-launch":
+        del sys.argv[1]
+        from torch.distributed.launch import main
+    else:
+        from torch.distributed.run import main
 
     sys.argv[0] = "torchrun"
     sys.exit(main())

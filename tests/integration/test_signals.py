@@ -10,8 +10,8 @@ from launcher_harness import LauncherTestCase, is_alive, worker
 
 class SignalTest(LauncherTestCase):
 
-    def forward_test(self, sig, nproc=2):
-        launch = self.start([f"--nproc-per-node={nproc}", "--shutdown-grace=3",
+    def forward_test(self, sig, nproc=2, extra=()):
+        launch = self.start([f"--nproc-per-node={nproc}", "--shutdown-grace=3", *extra,
                              worker("trap_signals.py"), self.outdir])
         self.wait_for_files([f"ready_{r}" for r in range(nproc)], timeout=15)
         pids = [self.read_int(f"pid_{r}") for r in range(nproc)]
@@ -38,6 +38,25 @@ class SignalTest(LauncherTestCase):
 
     def test_sighup_forwarded(self):
         self.forward_test(signal.SIGHUP, nproc=3)
+
+    def test_sigquit_forwarded_as_torchrun_does_by_default(self):
+        self.forward_test(signal.SIGQUIT)
+
+    def test_signals_to_handle_adds_sigusr1_for_slurm(self):
+        # torchrun's --signals-to-handle: Slurm's `--signal=USR1@60` reaches the workers
+        self.forward_test(signal.SIGUSR1, extra=["--signals-to-handle=SIGTERM,SIGUSR1"])
+
+    def test_a_signal_left_out_of_signals_to_handle_gets_its_default_action(self):
+        # without SIGHUP in the list, SIGHUP ends ddplaunch itself; its sentinel takes the workers along
+        launch = self.start(["--nproc-per-node=2", "--signals-to-handle=SIGTERM,SIGINT",
+                             worker("trap_signals.py"), self.outdir])
+        self.wait_for_files([f"ready_{r}" for r in range(2)], timeout=15)
+        pids = [self.read_int(f"pid_{r}") for r in range(2)]
+        os.kill(launch.pid, signal.SIGHUP)
+        res = self.finish(launch, timeout=20)
+        self.assertEqual(res.rc, -signal.SIGHUP, res.describe())
+        self.assert_dead(pids, timeout=5.0, what="worker")
+        self.assert_no_leftovers()
 
     def test_sigterm_kills_worker_children(self):
         launch = self.start(["--nproc-per-node=2", worker("sleeper.sh"), self.outdir])

@@ -1,6 +1,7 @@
 #include "coordinator/coordinator_job.h"
 
 #include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
 
 #include <algorithm>
 #include <atomic>
@@ -1078,6 +1079,41 @@ TEST_F(CoordinatorJobTest, ConcurrentAgentsFormTheWorldPassABarrierAndFinish) {
   std::set<int> unique(ranks->begin(), ranks->end());
   EXPECT_EQ(unique.size(), static_cast<size_t>(kNodes));
   EXPECT_EQ(*unique.begin(), 0);
+  EXPECT_TRUE(job().finished());
+  EXPECT_EQ(job().current_view().exit_code, 0);
+}
+
+// An elastic job (--nnodes=1:3): the world forms from the nodes present once
+// the last call passes, and everything after counts only those nodes.
+TEST_F(CoordinatorJobTest, ElasticJobFormsAtTheLastCallAndFinishesWithTheNodesPresent) {
+  JobConfig config;
+  config.nnodes = 3;
+  config.min_nnodes = 1;
+  config.last_call_timeout = 2s;
+  config.nproc = 2;
+  h = std::make_shared<Harness>(config);
+  JoinParams p = params(host(0));
+  p.min_nnodes = 1;
+  auto a = join(p);
+  clock().advance(1s);
+  p.host = host(1);
+  auto b = join(p);
+  job().tick();
+  EXPECT_EQ(a->calls, 0);
+  clock().advance(2s);  // two seconds after the second join, nobody new
+  job().tick();
+  ASSERT_EQ(a->calls, 1);
+  ASSERT_EQ(b->calls, 1);
+  EXPECT_EQ(a->assignment.nnodes, 2);
+  EXPECT_EQ(b->assignment.world_size, 4);
+  const auto status = nlohmann::json::parse(job().status_json());
+  EXPECT_EQ(status["nnodes"], 2);
+  EXPECT_EQ(status["nnodes_range"], nlohmann::json::array({1, 3}));
+  // a third node's outcome would be out of range; two outcomes finish the job
+  EXPECT_EQ(report(0, 2, 0).code(), StatusCode::kInvalidArgument);
+  EXPECT_TRUE(report(0, 0, 0).ok());
+  EXPECT_FALSE(job().finished());
+  EXPECT_TRUE(report(0, 1, 0).ok());
   EXPECT_TRUE(job().finished());
   EXPECT_EQ(job().current_view().exit_code, 0);
 }

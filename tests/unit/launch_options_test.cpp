@@ -62,5 +62,90 @@ TEST(LaunchOptions, UnknownOptionMessageNamesIt) {
   }
 }
 
+std::string usage_error(std::vector<const char*> args) {
+  try {
+    parse(std::move(args));
+  } catch (const UsageError& e) {
+    return e.what();
+  }
+  return "";
+}
+
+// Every option of torchrun 2.x (torch/distributed/run.py), as users write them.
+TEST(LaunchOptions, EveryTorchrunOptionIsAccepted) {
+  const auto o = parse({"--nnodes=1:2", "--nproc-per-node=2", "--rdzv-backend=c10d", "--rdzv-endpoint=h:29400",
+                        "--rdzv-id=exp", "--rdzv-conf=join_timeout=60", "--standalone", "--max-restarts=1",
+                        "--monitor-interval=1", "--start-method=spawn", "--event-log-handler=null", "--role=trainer",
+                        "--no-python", "--run-path", "--log-dir=/tmp/l", "-r", "3", "-t", "0:1",
+                        "--local-ranks-filter=0", "--node-rank=0", "--master-addr=h", "--master-port=29500",
+                        "--local-addr=10.0.0.1", "--signals-to-handle=SIGTERM,SIGUSR1",
+                        "--duplicate-stdout-filters=loss", "--duplicate-stderr-filters=nccl",
+                        "--virtual-local-rank", "--shutdown-timeout=30", "prog", "--lr", "1"});
+  ASSERT_TRUE(o);
+  EXPECT_EQ(o->nnodes, "1:2");
+  EXPECT_EQ(o->rdzv_backend, "c10d");
+  EXPECT_EQ(o->monitor_interval_s, 1.0);
+  EXPECT_EQ(o->redirects, "3");
+  EXPECT_EQ(o->tee, "0:1");
+  EXPECT_TRUE(o->run_path);
+  EXPECT_TRUE(o->virtual_local_rank);
+  EXPECT_EQ(o->signals_to_handle, "SIGTERM,SIGUSR1");
+  EXPECT_EQ(o->duplicate_stdout_filters, "loss");
+  EXPECT_EQ(o->shutdown_grace_s, 30.0);
+  EXPECT_EQ(o->command, (std::vector<std::string>{"prog", "--lr", "1"}));
+  // and their underscore spellings
+  const auto u = parse({"--nproc_per_node=2", "--rdzv_backend=static", "--monitor_interval=5", "--start_method=fork",
+                        "--event_log_handler=console", "--run_path", "--local_ranks_filter=0",
+                        "--duplicate_stdout_filters=a", "--virtual_local_rank", "--signals_to_handle=SIGINT",
+                        "--shutdown_timeout=2", "--use_env", "prog"});
+  ASSERT_TRUE(u);
+  EXPECT_EQ(u->start_method, "fork");
+  EXPECT_TRUE(u->virtual_local_rank);
+}
+
+TEST(LaunchOptions, ShortRedirectsAndTeeTakeAttachedValues) {
+  EXPECT_EQ(parse({"-r3", "prog"})->redirects, "3");
+  EXPECT_EQ(parse({"-t2", "prog"})->tee, "2");
+}
+
+TEST(LaunchOptions, UnambiguousPrefixesAreExpandedAsArgparseDoes) {
+  EXPECT_EQ(parse({"--redirect=3", "prog"})->redirects, "3");
+  EXPECT_EQ(parse({"--nproc", "2", "prog"})->nproc_per_node, "2");  // the value is the next word
+  EXPECT_EQ(parse({"--nproc_per=3", "prog"})->nproc_per_node, "3");
+  EXPECT_EQ(parse({"--max-r=2", "prog"})->max_restarts, 2);
+  EXPECT_TRUE(parse({"--virtual", "prog"})->virtual_local_rank);
+  // the program's own options are its own
+  EXPECT_EQ(parse({"prog", "--redirect=3"})->command, (std::vector<std::string>{"prog", "--redirect=3"}));
+  EXPECT_EQ(parse({"--", "prog", "--redirect=3"})->command, (std::vector<std::string>{"prog", "--redirect=3"}));
+}
+
+TEST(LaunchOptions, AmbiguousPrefixesNameTheCandidates) {
+  const std::string why = usage_error({"--d=x", "prog"});
+  EXPECT_NE(why.find("ambiguous option: --d could match --duplicate-stdout-filters"), std::string::npos) << why;
+  EXPECT_NE(why.find("--duplicate-stderr-filters"), std::string::npos) << why;
+  EXPECT_NE(usage_error({"--rdzv=x", "prog"}).find("ambiguous"), std::string::npos);
+}
+
+TEST(LaunchOptions, TorchrunChoicesAreChecked) {
+  EXPECT_NE(usage_error({"--start-method=thread", "prog"}).find("--start-method"), std::string::npos);
+  EXPECT_NE(usage_error({"--event-log-handler=file", "prog"}).find("--event-log-handler"), std::string::npos);
+  EXPECT_NE(usage_error({"--rdzv-backend=zookeeper", "prog"}).find("--rdzv-backend"), std::string::npos);
+  EXPECT_NE(usage_error({"--numa-binding=everywhere", "prog"}).find("--numa-binding"), std::string::npos);
+  EXPECT_NE(usage_error({"--monitor-interval=0", "prog"}).find("--monitor-interval"), std::string::npos);
+}
+
+TEST(LaunchOptions, PetVariablesSetTorchrunsFlags) {
+  setenv("PET_VIRTUAL_LOCAL_RANK", "1", 1);
+  setenv("PET_RUN_PATH", "1", 1);
+  setenv("PET_START_METHOD", "forkserver", 1);
+  const auto o = parse({"prog"});
+  unsetenv("PET_VIRTUAL_LOCAL_RANK");
+  unsetenv("PET_RUN_PATH");
+  unsetenv("PET_START_METHOD");
+  EXPECT_TRUE(o->virtual_local_rank);
+  EXPECT_TRUE(o->run_path);
+  EXPECT_EQ(o->start_method, "forkserver");
+}
+
 }  // namespace
 }  // namespace ddp

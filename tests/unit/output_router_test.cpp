@@ -42,7 +42,7 @@ TEST_F(OutputRouterTest, PrefixesWholeLinesAndCopiesRawBytesToTheFile) {
   Pipe worker;
   {
     OutputRouter router(0, console_out.fds[1], console_err.fds[1]);
-    router.add(worker.reader(), {5, 1, StreamKind::kStdout, true, file.fds[1]});
+    router.add(worker.reader(), {5, 1, StreamKind::kStdout, true, file.fds[1], std::nullopt});
     file.fds[1] = -1;  // the router owns it now
     worker.write_text("hel");
     EXPECT_TRUE(router.on_readable(worker.reader()));
@@ -59,7 +59,7 @@ TEST_F(OutputRouterTest, PrefixesWholeLinesAndCopiesRawBytesToTheFile) {
 TEST_F(OutputRouterTest, StderrGoesToTheErrorConsoleAndIntoTheTail) {
   Pipe worker;
   OutputRouter router(1, console_out.fds[1], console_err.fds[1], /*tail_lines=*/2);
-  router.add(worker.reader(), {3, 0, StreamKind::kStderr, true, -1});
+  router.add(worker.reader(), {3, 0, StreamKind::kStderr, true, -1, std::nullopt});
   worker.write_text("a\nb\nc\n");
   router.drain_local_rank(0);
   EXPECT_EQ(router.stderr_tail(0), (std::vector<std::string>{"b", "c"}));
@@ -74,7 +74,7 @@ TEST_F(OutputRouterTest, RedirectedStreamReachesOnlyTheFile) {
   Pipe worker;
   {
     OutputRouter router(0, console_out.fds[1], console_err.fds[1]);
-    router.add(worker.reader(), {0, 0, StreamKind::kStdout, false, file.fds[1]});
+    router.add(worker.reader(), {0, 0, StreamKind::kStdout, false, file.fds[1], std::nullopt});
     file.fds[1] = -1;
     worker.write_text("quiet\n");
     router.close_all();
@@ -82,6 +82,37 @@ TEST_F(OutputRouterTest, RedirectedStreamReachesOnlyTheFile) {
   console_out.close_writer();
   EXPECT_EQ(read_all(console_out.reader()), "");
   EXPECT_EQ(read_all(file.reader()), "quiet\n");
+}
+
+TEST_F(OutputRouterTest, ATemplatedPrefixReplacesTheNodeAndRank) {
+  Pipe worker;
+  {
+    OutputRouter router(0, console_out.fds[1], console_err.fds[1]);
+    router.add(worker.reader(), {5, 1, StreamKind::kStdout, true, -1, std::string("[default1]:")});
+    worker.write_text("hello\n");
+    router.close_all();
+  }
+  console_out.close_writer();
+  EXPECT_EQ(read_all(console_out.reader()), "[default1]:hello\n");
+}
+
+TEST_F(OutputRouterTest, LinesMatchingAFilterAreCopiedPrefixedEvenWhenKeptOffTheConsole) {
+  Pipe shown, redirected, errors;
+  {
+    OutputRouter router(2, console_out.fds[1], console_err.fds[1]);
+    router.set_filtered_copy(StreamKind::kStdout, {"loss", "a,b"}, file.fds[1]);
+    file.fds[1] = -1;  // the router owns it now
+    router.add(shown.reader(), {4, 0, StreamKind::kStdout, true, -1, std::nullopt});
+    router.add(redirected.reader(), {5, 1, StreamKind::kStdout, false, -1, std::nullopt});
+    router.add(errors.reader(), {4, 0, StreamKind::kStderr, true, -1, std::nullopt});
+    shown.write_text("step 1 loss 2.3\nstep 1 acc 0.1\n");
+    redirected.write_text("x a,b y\nnothing\n");
+    errors.write_text("loss is not copied from stderr\n");
+    router.close_all();
+  }
+  console_out.close_writer();
+  EXPECT_EQ(read_all(file.reader()), "[2:4] step 1 loss 2.3\n[2:5] x a,b y\n");
+  EXPECT_EQ(read_all(console_out.reader()), "[2:4] step 1 loss 2.3\n[2:4] step 1 acc 0.1\n");
 }
 
 }  // namespace

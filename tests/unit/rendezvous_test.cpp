@@ -3,7 +3,9 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <map>
 #include <memory>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -21,10 +23,10 @@ struct JoinOutcome {
 class RendezvousTest : public ::testing::Test {
  protected:
   // One slot per join so the callbacks write to stable addresses.
-  JoinOutcome& join(Rendezvous& rdzv, JoinParams params, Duration timeout = 60s) {
+  JoinOutcome& join(Rendezvous& rdzv, JoinParams params, Duration timeout = 60s, Duration at = 0s) {
     outcomes.push_back(std::make_unique<JoinOutcome>());
     JoinOutcome* slot = outcomes.back().get();
-    rdzv.join(params, start + timeout, [slot](const Status& s, const Assignment& a) {
+    rdzv.join(params, start + at, start + at + timeout, [slot](const Status& s, const Assignment& a) {
       slot->called = true;
       slot->status = s;
       slot->assignment = a;
@@ -35,7 +37,8 @@ class RendezvousTest : public ::testing::Test {
     JoinParams p;
     p.host = std::move(host);
     p.nproc = rdzv.nproc();
-    p.nnodes = rdzv.nnodes();
+    p.nnodes = rdzv.max_nnodes();
+    p.min_nnodes = rdzv.min_nnodes();
     p.node_rank = node_rank;
     p.generation = rdzv.open_generation();
     p.master_port = master_port;
@@ -407,6 +410,85 @@ TEST_F(RendezvousTest, TwoThousandFortyEightNodesGetContiguousRanksAndPrefixSums
     ASSERT_EQ(a.node_rank, i);
     ASSERT_EQ(a.rank_start, i * kNproc);
   }
+}
+
+// ------------------------------------------------- elastic (--nnodes=MIN:MAX)
+
+TEST_F(RendezvousTest, ElasticFormsAtOnceWhenMaxNodesHaveJoined) {
+  Rendezvous rdzv(2, 1, /*min_nnodes=*/1, 30s);
+  rdzv.open(0);
+  EXPECT_TRUE(rdzv.elastic());
+  join(rdzv, params(rdzv, "a"));
+  EXPECT_FALSE(rdzv.complete());
+  join(rdzv, params(rdzv, "b"), 60s, 1s);
+  EXPECT_TRUE(rdzv.complete());
+  ASSERT_EQ(fired.size(), 2u);
+  EXPECT_EQ(fired[0].assignment.nnodes, 2);
+  EXPECT_EQ(fired[0].assignment.world_size, 2);
+}
+
+TEST_F(RendezvousTest, ElasticFormsWithTheNodesPresentOnceTheLastCallPassesWithoutANewcomer) {
+  Rendezvous rdzv(4, 2, /*min_nnodes=*/2, 10s);
+  rdzv.open(0);
+  join(rdzv, params(rdzv, "a"));
+  EXPECT_FALSE(rdzv.close_last_call(start + 100s, fired));  // below MIN: no last call yet
+  join(rdzv, params(rdzv, "b"), 60s, 5s);                    // MIN reached at 5 s: last call at 15 s
+  join(rdzv, params(rdzv, "c"), 60s, 12s);                   // a newcomer: last call at 22 s
+  EXPECT_FALSE(rdzv.close_last_call(start + 21s, fired));
+  EXPECT_TRUE(fired.empty());
+  EXPECT_TRUE(rdzv.close_last_call(start + 22s, fired));
+  EXPECT_TRUE(rdzv.complete());
+  EXPECT_EQ(rdzv.nnodes(), 3);
+  ASSERT_EQ(fired.size(), 3u);
+  std::set<int> ranks;
+  for (const auto& f : fired) {
+    EXPECT_TRUE(f.status.ok());
+    EXPECT_EQ(f.assignment.nnodes, 3);
+    EXPECT_EQ(f.assignment.world_size, 6);
+    EXPECT_EQ(f.assignment.rank_start, 2 * f.assignment.node_rank);
+    ranks.insert(f.assignment.node_rank);
+  }
+  EXPECT_EQ(ranks, (std::set<int>{0, 1, 2}));
+  EXPECT_FALSE(rdzv.close_last_call(start + 100s, fired));  // formed already
+}
+
+TEST_F(RendezvousTest, ElasticWorldClosesTheGapsBetweenAskedRanksAndKeepsTheirOrder) {
+  Rendezvous rdzv(4, 1, /*min_nnodes=*/1, 1s);
+  rdzv.open(0);
+  join(rdzv, params(rdzv, "c", 3));
+  join(rdzv, params(rdzv, "a", 1));
+  ASSERT_TRUE(rdzv.close_last_call(start + 1s, fired));
+  std::map<std::string, int> rank_of_host;
+  for (const auto& f : fired) rank_of_host[f.assignment.host] = f.assignment.node_rank;
+  EXPECT_EQ(rank_of_host, (std::map<std::string, int>{{"a", 0}, {"c", 1}}));
+  EXPECT_EQ(rdzv.hosts(), (std::vector<std::string>{"a", "c"}));
+}
+
+TEST_F(RendezvousTest, ElasticAgentsMustAgreeOnTheRange) {
+  Rendezvous rdzv(2, 1, /*min_nnodes=*/1, 30s);
+  rdzv.open(0);
+  JoinParams fixed = params(rdzv, "a");
+  fixed.min_nnodes = 2;  // --nnodes=2 against a 1:2 job
+  auto& refused = join(rdzv, fixed);
+  run_fired();
+  EXPECT_EQ(refused.status.code(), StatusCode::kFailedPrecondition);
+  EXPECT_NE(refused.status.message().find("this agent expects 2 node(s), the job has 1:2"), std::string::npos)
+      << refused.status.message();
+}
+
+TEST_F(RendezvousTest, ElasticRestartFormsAsSoonAsThePreviousWorldIsBack) {
+  Rendezvous rdzv(3, 1, /*min_nnodes=*/1, 30s);
+  rdzv.open(0);
+  join(rdzv, params(rdzv, "a"));
+  join(rdzv, params(rdzv, "b"));
+  ASSERT_TRUE(rdzv.close_last_call(start + 30s, fired));
+  fired.clear();
+  rdzv.open(1);
+  join(rdzv, params(rdzv, "b"), 60s, 40s);
+  EXPECT_FALSE(rdzv.complete());
+  join(rdzv, params(rdzv, "a"), 60s, 41s);
+  EXPECT_TRUE(rdzv.complete());  // no last call: both nodes of generation 0 are back
+  EXPECT_EQ(rdzv.nnodes(), 2);
 }
 
 }  // namespace

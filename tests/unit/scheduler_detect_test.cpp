@@ -1,4 +1,5 @@
-#include "cli/scheduler_detect.h"
+#include "topology/scheduler_detect.h"
+#include "topology/slurm_nodelist.h"
 
 #include <gtest/gtest.h>
 
@@ -339,10 +340,15 @@ TEST(TopologyTorchrunEnv, PetValuesCombineWithSchedulersFieldByField) {
 
 TEST(TopologyTorchrunEnv, ElasticRangesAndBadNumbers) {
   EXPECT_EQ(detect({{"PET_NODE_RANK", "0"}, {"PET_NNODES", "2:2"}, {"PET_RDZV_ENDPOINT", "h"}}).nnodes, 2);
-  EXPECT_NE(usage_error_of([] {
-              detect({{"PET_NODE_RANK", "0"}, {"PET_NNODES", "1:4"}});
-            }).find("elastic"),
+  // an elastic range: MAX is the node count, MIN the fewest the job starts with
+  const auto elastic = detect({{"PET_NODE_RANK", "0"}, {"PET_NNODES", "1:4"}, {"PET_RDZV_ENDPOINT", "h"}});
+  EXPECT_EQ(elastic.nnodes, 4);
+  EXPECT_EQ(elastic.min_nnodes, 1);
+  EXPECT_FALSE(detect({{"PET_NODE_RANK", "0"}, {"PET_NNODES", "2:2"}, {"PET_RDZV_ENDPOINT", "h"}}).min_nnodes);
+  EXPECT_NE(usage_error_of([] { detect({{"PET_NNODES", "3:2"}}); }).find("PET_NNODES='3:2': expected N or MIN:MAX"),
             std::string::npos);
+  EXPECT_NE(usage_error_of([] { detect({{"PET_NNODES", "0:2"}}); }).find("1 <= MIN <= MAX"), std::string::npos);
+  EXPECT_NE(usage_error_of([] { detect({{"PET_NNODES", "1:x"}}); }).find("PET_NNODES='1:x'"), std::string::npos);
   EXPECT_NE(usage_error_of([] { detect({{"PET_NODE_RANK", "two"}}); }).find("PET_NODE_RANK='two'"), std::string::npos);
   EXPECT_THROW(detect({{"MASTER_ADDR", "h"}, {"MASTER_PORT", "99999"}, {"NODE_RANK", "0"}}), UsageError);
   EXPECT_THROW(detect({{"PET_NODE_RANK", "2"}, {"PET_NNODES", "2"}, {"PET_RDZV_ENDPOINT", "h"}}), UsageError);

@@ -56,6 +56,34 @@ TEST(WorkerEnv, SetsTheTorchrunEnvironment) {
   EXPECT_EQ(env.at("OMP_NUM_THREADS"), "1");
 }
 
+TEST(WorkerEnv, OneWorkerPerNodeKeepsOpenMpsOwnThreadCountAsTorchrunDoes) {
+  WorkerIdentity id = identity();
+  id.local_world_size = 1;
+  EXPECT_EQ(as_map(build_worker_env({}, id)).count("OMP_NUM_THREADS"), 0u);
+}
+
+TEST(WorkerEnv, NcclAsyncErrorHandlingIsOnUnlessTheUserSaysOtherwise) {
+  EXPECT_EQ(as_map(build_worker_env({}, identity())).at("TORCH_NCCL_ASYNC_ERROR_HANDLING"), "1");
+  EXPECT_EQ(as_map(build_worker_env({"TORCH_NCCL_ASYNC_ERROR_HANDLING=0"}, identity())).at("TORCH_NCCL_ASYNC_ERROR_HANDLING"),
+            "0");
+}
+
+TEST(WorkerEnv, VirtualLocalRankShowsEachWorkerOnlyItsOwnDeviceAsDeviceZero) {
+  WorkerIdentity id = identity();  // local rank 1
+  id.virtual_local_rank = true;
+  auto env = as_map(build_worker_env({}, id));
+  EXPECT_EQ(env.at("LOCAL_RANK"), "0");
+  EXPECT_EQ(env.at("CUDA_VISIBLE_DEVICES"), "1");
+  env = as_map(build_worker_env({"CUDA_VISIBLE_DEVICES=4,5,6,7"}, id));
+  EXPECT_EQ(env.at("CUDA_VISIBLE_DEVICES"), "5");
+  env = as_map(build_worker_env({"CUDA_VISIBLE_DEVICES=GPU-aa,GPU-bb"}, id));
+  EXPECT_EQ(env.at("CUDA_VISIBLE_DEVICES"), "GPU-bb");
+  id.virtual_local_rank = false;
+  env = as_map(build_worker_env({"CUDA_VISIBLE_DEVICES=4,5,6,7"}, id));
+  EXPECT_EQ(env.at("LOCAL_RANK"), "1");
+  EXPECT_EQ(env.at("CUDA_VISIBLE_DEVICES"), "4,5,6,7");
+}
+
 TEST(WorkerEnv, KeepsTheUsersEnvironmentButOverridesStaleRanks) {
   const auto env = as_map(build_worker_env({"HOME=/root", "RANK=99", "A=b=c", "OMP_NUM_THREADS=4"}, identity()));
   EXPECT_EQ(env.at("HOME"), "/root");

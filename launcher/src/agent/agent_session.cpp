@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include "exit_codes.h"
+#include "process/stop_signals.h"
 #include "report/failure_report.h"
 
 namespace ddp {
@@ -17,7 +18,7 @@ using namespace std::chrono_literals;
 int pending_stop_signal() {
   sigset_t pending;
   sigpending(&pending);
-  for (int s : {SIGINT, SIGTERM, SIGHUP}) {
+  for (int s : stop_signals()) {
     if (sigismember(&pending, s)) return s;
   }
   return 0;
@@ -42,11 +43,14 @@ Assignment AgentSession::join(int64_t generation) {
   // A restart keeps the rank this node had; the coordinator also remembers hosts.
   p.node_rank = generation == 0 ? settings_.node_rank : assignment_.node_rank;
   p.nnodes = settings_.nnodes;
+  p.min_nnodes = settings_.min_nnodes;
+  p.last_call_timeout = settings_.last_call_timeout;
   p.generation = generation;
   p.master_port = settings_.master_port;
   p.job_env = settings_.job_env;
+  const bool elastic = settings_.min_nnodes > 0 && settings_.min_nnodes < settings_.nnodes;
   spdlog::info("joining job {} generation {} at {} ({} node(s))", settings_.job_id, generation, settings_.endpoint,
-               settings_.nnodes);
+               elastic ? fmt::format("{}:{}", settings_.min_nnodes, settings_.nnodes) : std::to_string(settings_.nnodes));
   JoinResult result;
   int signal = 0;
   const Status s = client_.join(p, settings_.max_restarts, settings_.join_timeout, result,

@@ -28,7 +28,9 @@ struct AgentSettings {
   std::string job_id;
   std::string token;
   TlsFiles tls;
-  int nnodes = 1;
+  int nnodes = 1;      // the most nodes
+  int min_nnodes = 0;  // elastic: the fewest; 0: nnodes
+  Duration last_call_timeout = std::chrono::seconds(30);
   int node_rank = -1;  // -1: let the coordinator assign
   int nproc = 1;
   std::string host;    // advertised address; empty: as the coordinator sees us

@@ -1,5 +1,6 @@
 #include "agent/local_agent_service.h"
 
+#include "net/host_name.h"
 #include "health/heartbeat_proto.h"
 #include "process/process_alive.h"
 
@@ -14,16 +15,6 @@
 namespace ddp {
 
 namespace pb = ::ddplaunch::v1;
-
-namespace {
-
-std::string this_host() {
-  char name[256] = {};
-  gethostname(name, sizeof name - 1);
-  return name;
-}
-
-}  // namespace
 
 class LocalAgentService final : public pb::LocalAgent::CallbackService {
  public:
@@ -76,7 +67,7 @@ class LocalAgentService final : public pb::LocalAgent::CallbackService {
         return reactor;
       }
       node_rank = layout_.assignment.node_rank;
-      host = layout_.assignment.host.empty() ? this_host() : layout_.assignment.host;
+      host = layout_.assignment.host.empty() ? this_host_name() : layout_.assignment.host;
     }
     health_.record(from_proto(req->heartbeat(), node_rank, host));
     reply->set_dump_stacks(health_.take_stack_dump_request(req->heartbeat().rank()));

@@ -2,9 +2,11 @@
 
 #include <CLI/CLI.hpp>
 
+#include <algorithm>
 #include <cctype>
 #include <cstdio>
 
+#include "cli/option_abbreviations.h"
 #include "cli/usage_error.h"
 
 namespace ddp {
@@ -45,37 +47,81 @@ std::optional<LaunchOptions> parse_launch_options(int argc, const char* const* a
   app.prefix_command();
   app.set_version_flag("--version", "ddplaunch 0.1.0");
 
-  add(app, "nproc-per-node", o.nproc_per_node, "workers on this node: N, gpu, cpu or auto")->capture_default_str();
+  // ---- torchrun's options (torch/distributed/run.py), in its order
   // Topology flags read no PET_* default here: detect_topology() does, so
   // that it can say where each value came from.
   app.add_option(spellings("nnodes"), o.nnodes, "number of nodes, N or MIN:MAX (default: detected, else 1)");
-  app.add_option(spellings("node-rank"), o.node_rank, "rank of this node (default: detected or assigned)")
-      ->check(CLI::NonNegativeNumber);
+  add(app, "nproc-per-node", o.nproc_per_node, "workers on this node: N, gpu, cpu or auto")->capture_default_str();
+  add(app, "rdzv-backend", o.rdzv_backend, "static or c10d: both are ddplaunch's own coordinator")
+      ->check(CLI::IsMember({"static", "c10d", "etcd", "etcd-v2"}))
+      ->capture_default_str();
   app.add_option(spellings("rdzv-endpoint"), o.rdzv_endpoint, "HOST[:PORT] of the coordinator (node 0's agent)");
-  add(app, "rdzv-conf", o.rdzv_conf, "join_timeout=S,node_timeout=S,heartbeat_interval=S");
-  app.add_option("--rdzv-backend,--rdzv_backend", "accepted for torchrun command lines; ddplaunch's own is used");
-  app.add_option("--token", o.token, "job secret shared by every node (default: $DDPLAUNCH_TOKEN, else random)");
-  add(app, "local-addr", o.local_addr, "address other nodes reach this node at");
-  app.add_option("--tls-cert", o.tls_cert, "PEM certificate: serve and connect over TLS");
-  app.add_option("--tls-key", o.tls_key, "PEM private key of --tls-cert");
-  app.add_option("--tls-ca", o.tls_ca, "PEM CA that peers' certificates must be signed by");
+  app.add_option(spellings("rdzv-id"), o.run_id,
+                 "the id every node of the job shares (TORCHELASTIC_RUN_ID); default: from the scheduler, else "
+                 "torchrun's 'none' for multi-node jobs, a fresh one for single-node jobs");
+  add(app, "rdzv-conf", o.rdzv_conf, "join_timeout=S,last_call_timeout=S,node_timeout=S,heartbeat_interval=S,...");
   add_flag(app, "--standalone", o.standalone, "PET_STANDALONE", "single-node job on loopback with a free port");
-  add(app, "master-addr", o.master_addr, "address workers use for MASTER_ADDR")->capture_default_str();
-  add(app, "master-port", o.master_port, "MASTER_PORT; 0 picks a free port")->check(CLI::Range(0, 65535));
   add(app, "max-restarts", o.max_restarts, "restart the whole group this many times after a failure")
       ->check(CLI::NonNegativeNumber)
       ->capture_default_str();
+  add(app, "monitor-interval", o.monitor_interval_s, "accepted; supervision is event-driven (no polling)")
+      ->check(CLI::PositiveNumber);
+  add(app, "start-method", o.start_method, "accepted; workers always start as new processes (fork + exec)")
+      ->check(CLI::IsMember({"spawn", "fork", "forkserver"}));
+  add(app, "event-log-handler", o.event_log_handler, "accepted: null, console or dynamic_rendezvous")
+      ->check(CLI::IsMember({"null", "console", "dynamic_rendezvous"}));
+  add(app, "role", o.role, "ROLE_NAME of the workers")->capture_default_str();
+  add_flag(app, "-m,--module", o.module, "PET_MODULE", "PROGRAM is a Python module, run as python3 -u -m PROGRAM");
+  add_flag(app, spellings("no-python"), o.no_python, "PET_NO_PYTHON", "run PROGRAM as is, even a .py file");
+  add_flag(app, spellings("run-path"), o.run_path, "PET_RUN_PATH",
+           "run the Python file PROGRAM with runpy.run_path (wins over --no-python)");
   add(app, "log-dir", o.log_dir, "where per-rank logs and failure reports go (default ${TMPDIR:-/tmp}/ddplaunch-logs)");
-  app.add_option(spellings("rdzv-id"), o.run_id, "job id (TORCHELASTIC_RUN_ID); default: detected, else generated");
-  add(app, "tee", o.tee, "streams also copied to the console: 0 none, 1 stdout, 2 stderr, 3 both, or 0:1,1:2")
+  app.add_option("-r," + spellings("redirects"), o.redirects,
+                 "streams sent to log files only: 0 none, 1 stdout, 2 stderr, 3 both, or 0:1,1:2")
+      ->envname("PET_REDIRECTS")
       ->capture_default_str();
-  add(app, "redirects", o.redirects, "streams sent to log files only: 0 none, 1 stdout, 2 stderr, 3 both, or 0:1,1:2")
+  app.add_option("-t," + spellings("tee"), o.tee,
+                 "streams also copied to the console: 0 none, 1 stdout, 2 stderr, 3 both, or 0:1,1:2")
+      ->envname("PET_TEE")
       ->capture_default_str();
   add(app, "local-ranks-filter", o.local_ranks_filter, "only these local ranks reach the console, e.g. 0,2");
-  add(app, "role", o.role, "ROLE_NAME of the workers")->capture_default_str();
-  add(app, "shutdown-grace", o.shutdown_grace_s, "seconds from SIGTERM to SIGKILL when stopping workers")
+  add(app, "duplicate-stdout-filters", o.duplicate_stdout_filters,
+      "stdout lines containing any of these (comma list, ',,' for a comma) also go to attempt_<k>/filtered_stdout.log");
+  add(app, "duplicate-stderr-filters", o.duplicate_stderr_filters,
+      "the same for stderr, into attempt_<k>/filtered_stderr.log");
+  app.add_option(spellings("node-rank"), o.node_rank, "rank of this node (default: detected or assigned)")
+      ->check(CLI::NonNegativeNumber);
+  add(app, "master-addr", o.master_addr, "address workers use for MASTER_ADDR")->capture_default_str();
+  add(app, "master-port", o.master_port, "MASTER_PORT; 0 picks a free port")->check(CLI::Range(0, 65535));
+  add(app, "local-addr", o.local_addr, "address other nodes reach this node at");
+  app.add_option(spellings("logs-specs"), o.logs_specs, "a torchrun.logs_specs Python plugin: not supported");
+  app.add_option(spellings("numa-binding"), o.numa_binding, "bind each rank to CPUs near its GPU")
+      ->check(CLI::IsMember({"node", "socket", "exclusive", "core-complex"}));
+  add(app, "signals-to-handle", o.signals_to_handle,
+      "signals that stop the job, each forwarded to the workers first")
+      ->capture_default_str();
+  app.add_option("--shutdown-grace,--shutdown_grace,--shutdown-timeout,--shutdown_timeout", o.shutdown_grace_s,
+                 "seconds from the stop signal to SIGKILL when stopping workers")
+      ->envname("PET_SHUTDOWN_GRACE")
       ->check(CLI::NonNegativeNumber)
       ->capture_default_str();
+  add_flag(app, spellings("virtual-local-rank"), o.virtual_local_rank, "PET_VIRTUAL_LOCAL_RANK",
+           "every worker sees LOCAL_RANK=0 and only its own GPU in CUDA_VISIBLE_DEVICES");
+  add(app, "log-line-prefix-template", o.log_line_prefix_template,
+      "console prefix, e.g. '[${role_name}${local_rank}]:' (default: TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE, else "
+      "'[node:rank] ')");
+
+  // ---- torch.distributed.launch's
+  bool use_env = false;  // workers always get LOCAL_RANK and the rest in their environment
+  app.add_flag(spellings("use-env"), use_env, "accepted: the environment always carries LOCAL_RANK");
+  add_flag(app, spellings("legacy-local-rank-arg"), o.legacy_local_rank_arg, "PET_LEGACY_LOCAL_RANK_ARG",
+           "also pass --local_rank=N to PROGRAM, as torch.distributed.launch did");
+
+  // ---- ddplaunch's own
+  app.add_option("--token", o.token, "job secret shared by every node (default: $DDPLAUNCH_TOKEN, else random)");
+  app.add_option("--tls-cert", o.tls_cert, "PEM certificate: serve and connect over TLS");
+  app.add_option("--tls-key", o.tls_key, "PEM private key of --tls-cert");
+  app.add_option("--tls-ca", o.tls_ca, "PEM CA that peers' certificates must be signed by");
   add(app, "heartbeat-interval", o.heartbeat_interval_s, "seconds between the workers' heartbeats (runtime workers)")
       ->check(CLI::PositiveNumber)
       ->capture_default_str();
@@ -87,14 +133,15 @@ std::optional<LaunchOptions> parse_launch_options(int argc, const char* const* a
   add(app, "nccl-debug", o.nccl_debug,
       "NCCL_DEBUG level (VERSION, WARN, INFO, TRACE) for every rank, logged to rank_<r>/nccl.log (see diagnose)");
   add(app, "nccl-debug-subsys", o.nccl_debug_subsys, "NCCL_DEBUG_SUBSYS for every rank, e.g. INIT,NET");
-  add_flag(app, "-m,--module", o.module, "PET_MODULE", "PROGRAM is a Python module, run as python3 -u -m PROGRAM");
-  add_flag(app, spellings("no-python"), o.no_python, "PET_NO_PYTHON", "run PROGRAM as is, even a .py file");
   app.add_option("--log-level", o.log_level, "ddplaunch's own log level")
       ->check(CLI::IsMember({"trace", "debug", "info", "warn", "error", "off"}))
       ->capture_default_str();
 
   try {
-    app.parse(argc, argv);
+    std::vector<std::string> args(argv + 1, argv + argc);
+    args = expand_option_abbreviations(app, args);
+    std::reverse(args.begin(), args.end());  // CLI11 takes them last first
+    app.parse(args);
   } catch (const CLI::CallForHelp&) {
     std::fputs(app.help().c_str(), stdout);
     return std::nullopt;

@@ -1,8 +1,9 @@
 #pragma once
-// The `ddplaunch [options] PROGRAM [ARGS...]` command line, in torchrun's
-// spellings (dash and underscore forms) with PET_* environment defaults.
-// parse_launch_options() only parses; resolve_launch_plan() (launch_plan.h)
-// checks and resolves the values.
+// The `ddplaunch [options] PROGRAM [ARGS...]` command line: every torchrun 2.x
+// option in its dash and underscore spellings, with its PET_* environment
+// default, argparse-style abbreviations (option_abbreviations.h), and
+// ddplaunch's own options. parse_launch_options() only parses and checks
+// syntax; resolve_launch_plan() (topology/launch_plan.h) resolves the values.
 
 #include <optional>
 #include <string>
@@ -14,8 +15,9 @@ struct LaunchOptions {
   std::string nproc_per_node = "1";  // N | gpu | cpu | auto
   std::string nnodes;    // N or MIN:MAX; empty: detected (PET_NNODES, Slurm, ...)
   int node_rank = -1;    // -1: detected, or assigned by the coordinator
+  std::string rdzv_backend = "static";  // static | c10d: both mean ddplaunch's coordinator
   std::string rdzv_endpoint;  // HOST[:PORT] of the coordinator; empty: detected
-  std::string rdzv_conf;      // key=value,... (join_timeout, node_timeout, heartbeat_interval)
+  std::string rdzv_conf;      // key=value,... (join_timeout, last_call_timeout, node_timeout, ...)
   std::string token;          // job secret; empty: DDPLAUNCH_TOKEN, else generated
   std::string local_addr;     // address other nodes reach this one at; empty: as the coordinator sees it
   std::string tls_cert, tls_key, tls_ca;
@@ -24,7 +26,7 @@ struct LaunchOptions {
   int master_port = 0;  // 0: pick a free port
   int max_restarts = 0;
   std::string log_dir;  // empty: ${TMPDIR:-/tmp}/ddplaunch-logs
-  std::string run_id;   // empty: generated
+  std::string run_id;   // --rdzv-id; empty: detected, else torchrun's default
   std::string tee = "0";
   std::string redirects = "0";
   std::string local_ranks_filter;  // empty: every local rank on the console
@@ -37,6 +39,19 @@ struct LaunchOptions {
   std::string nccl_debug_subsys;      // NCCL_DEBUG_SUBSYS
   bool module = false;     // -m: PROGRAM is a Python module
   bool no_python = false;  // run PROGRAM as is, even a .py file
+  bool run_path = false;   // run PROGRAM (a Python file) with runpy.run_path
+  bool virtual_local_rank = false;    // LOCAL_RANK=0 and only the rank's own GPU visible
+  bool legacy_local_rank_arg = false; // pass --local_rank=N to PROGRAM, as torch.distributed.launch did
+  std::string log_line_prefix_template;  // empty: TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE, else "[node:rank] "
+  std::string duplicate_stdout_filters;  // comma list (",," a comma): lines copied to filtered_stdout.log
+  std::string duplicate_stderr_filters;
+  std::string signals_to_handle = "SIGTERM,SIGINT,SIGHUP,SIGQUIT";
+  std::string numa_binding;  // node | socket | exclusive | core-complex (GPU machines)
+  // torchrun options with nothing to do under ddplaunch (see the README's table)
+  double monitor_interval_s = 0.1;
+  std::string start_method = "spawn";
+  std::string event_log_handler = "null";
+  std::string logs_specs;  // a torchrun plugin: refused when given
   std::string log_level = "info";
   std::vector<std::string> command;  // PROGRAM ARGS...
 };

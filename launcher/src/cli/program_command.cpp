@@ -30,6 +30,11 @@ std::string python_of(const CommandInputs& in) {
   return python;
 }
 
+void require_readable_file(const std::string& program) {
+  if (!is_regular_file(program)) throw UsageError(fmt::format("PROGRAM '{}' not found", program));
+  if (access(program.c_str(), R_OK) != 0) throw UsageError(fmt::format("PROGRAM '{}' is not readable", program));
+}
+
 }  // namespace
 
 std::optional<std::string> find_executable(const std::string& name, const std::optional<std::string>& path) {
@@ -49,12 +54,16 @@ std::vector<std::string> resolve_command(const CommandInputs& in) {
   const std::vector<std::string> args(in.command.begin() + 1, in.command.end());
   std::vector<std::string> argv;
 
-  if (in.module) {
+  if (in.run_path) {
+    require_readable_file(program);
+    // torchrun's run_script_path: the script runs as __main__ with its own argv.
+    argv = {python_of(in), "-u", "-c",
+            "import runpy, sys; sys.argv = sys.argv[1:]; runpy.run_path(sys.argv[0], run_name='__main__')", program};
+  } else if (in.module) {
     if (in.no_python) throw UsageError("-m/--module and --no-python cannot be combined");
     argv = {python_of(in), "-u", "-m", program};
   } else if (!in.no_python && ends_with(program, ".py")) {
-    if (!is_regular_file(program)) throw UsageError(fmt::format("PROGRAM '{}' not found", program));
-    if (access(program.c_str(), R_OK) != 0) throw UsageError(fmt::format("PROGRAM '{}' is not readable", program));
+    require_readable_file(program);
     argv = {python_of(in), "-u", program};
   } else {
     const bool has_slash = program.find('/') != std::string::npos;

@@ -11,6 +11,7 @@
 #include "coordinator/coordinator_server.h"
 #include "ddp/common/logging.h"
 #include "exit_codes.h"
+#include "process/stop_signals.h"
 
 namespace ddp {
 
@@ -65,7 +66,7 @@ int run_serve_command(int argc, const char* const* argv) {
   // The handled signals are blocked (main): wait for one synchronously.
   sigset_t stop;
   sigemptyset(&stop);
-  for (int s : {SIGINT, SIGTERM, SIGHUP}) sigaddset(&stop, s);
+  for (int s : stop_signals()) sigaddset(&stop, s);
   int signo = 0;
   sigwait(&stop, &signo);
   spdlog::info("received signal {}, shutting down", signo);

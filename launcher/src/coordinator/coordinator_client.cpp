@@ -102,6 +102,8 @@ Status CoordinatorClient::join(const JoinParams& p, int max_restarts, Duration t
   req.set_nproc(p.nproc);
   req.set_node_rank(p.node_rank);
   req.set_nnodes(p.nnodes);
+  req.set_min_nnodes(p.min_nnodes);
+  req.set_last_call_timeout_ms(to_ms(p.last_call_timeout));
   req.set_generation(p.generation);
   req.set_master_port(p.master_port);
   req.set_max_restarts(max_restarts);

@@ -43,8 +43,7 @@ CoordinatorJob::CoordinatorJob(std::string job_id, std::string token, JobConfig 
       config_(config),
       clock_(clock),
       ids_(ids),
-      rendezvous_(config.nnodes, config.nproc),
-      told_finished_(static_cast<size_t>(config.nnodes), false),
+      rendezvous_(config.nnodes, config.nproc, config.min_nnodes, config.last_call_timeout),
       health_(hang_config(config), config.nnodes * config.nproc, clock),
       created_at_(clock.now()) {
   rendezvous_.open(0);
@@ -65,7 +64,8 @@ void CoordinatorJob::join(const JoinParams& params, Duration timeout, JoinCallba
     if (state_ == GenerationState::kFinished) {
       fired.joins.push_back({std::move(done), {StatusCode::kFailedPrecondition, "the job has finished"}, {}});
     } else {
-      rendezvous_.join(params, clock_.now() + timeout, std::move(done), fired.joins);
+      const SteadyTime now = clock_.now();
+      rendezvous_.join(params, now, now + timeout, std::move(done), fired.joins);
       if (rendezvous_.complete() && !world_formed_) on_world_formed();
     }
   }
@@ -74,9 +74,11 @@ void CoordinatorJob::join(const JoinParams& params, Duration timeout, JoinCallba
 
 void CoordinatorJob::on_world_formed() {
   world_formed_ = true;
+  world_nnodes_ = rendezvous_.nnodes();
   state_ = GenerationState::kRunning;
-  outcomes_.assign(static_cast<size_t>(config_.nnodes), std::nullopt);
-  last_heartbeat_.assign(static_cast<size_t>(config_.nnodes), clock_.now());
+  outcomes_.assign(static_cast<size_t>(world_nnodes_), std::nullopt);
+  last_heartbeat_.assign(static_cast<size_t>(world_nnodes_), clock_.now());
+  told_finished_.assign(static_cast<size_t>(world_nnodes_), false);
   root_cause_.reset();
   health_.reset(rendezvous_.nnodes() * rendezvous_.nproc());
   pending_hang_.reset();
@@ -91,7 +93,7 @@ Status CoordinatorJob::heartbeat(int node_rank, int64_t generation, int64_t& cur
   if (node_rank < 0 || node_rank >= config_.nnodes) {
     return {StatusCode::kInvalidArgument, fmt::format("node rank {} outside 0..{}", node_rank, config_.nnodes - 1)};
   }
-  if (generation != generation_ || !world_formed_) return Status::Ok();
+  if (generation != generation_ || !world_formed_ || node_rank >= world_nnodes_) return Status::Ok();
   last_heartbeat_[static_cast<size_t>(node_rank)] = clock_.now();
   for (const ForwardedReport& w : workers) {
     if (w.report.rank < 0 || w.report.rank >= rendezvous_.nnodes() * rendezvous_.nproc()) continue;
@@ -140,8 +142,9 @@ std::string CoordinatorJob::status_json() const {
   j["restarts_used"] = restarts_used_;
   j["max_restarts"] = config_.max_restarts;
   j["elapsed_s"] = std::chrono::duration<double>(clock_.now() - created_at_).count();
-  j["nnodes"] = config_.nnodes;
-  j["world_size"] = config_.nnodes * config_.nproc;
+  j["nnodes"] = rendezvous_.nnodes();
+  j["world_size"] = rendezvous_.nnodes() * config_.nproc;
+  if (rendezvous_.elastic()) j["nnodes_range"] = {rendezvous_.min_nnodes(), rendezvous_.max_nnodes()};
   j["hosts"] = rendezvous_.hosts();
   j["ranks"] = health_.snapshot();
   if (root_cause_) j["failure"] = root_cause_->description;
@@ -155,9 +158,9 @@ Status CoordinatorJob::report_outcome(int64_t generation, const NodeOutcome& out
     if (generation != generation_ || !world_formed_) {
       return {StatusCode::kFailedPrecondition, fmt::format("generation {} is not running", generation)};
     }
-    if (outcome.node_rank < 0 || outcome.node_rank >= config_.nnodes) {
+    if (outcome.node_rank < 0 || outcome.node_rank >= world_nnodes_) {
       return {StatusCode::kInvalidArgument, fmt::format("node rank {} outside 0..{}", outcome.node_rank,
-                                                        config_.nnodes - 1)};
+                                                        world_nnodes_ - 1)};
     }
     if (!outcomes_[static_cast<size_t>(outcome.node_rank)]) record_outcome(outcome, fired);
   }
@@ -237,7 +240,7 @@ GenerationView CoordinatorJob::answer(int node_rank, int64_t generation, bool as
 }
 
 bool CoordinatorJob::has_reported(int node_rank) const {
-  return node_rank >= 0 && node_rank < config_.nnodes && static_cast<size_t>(node_rank) < outcomes_.size() &&
+  return node_rank >= 0 && static_cast<size_t>(node_rank) < outcomes_.size() &&
          outcomes_[static_cast<size_t>(node_rank)].has_value();
 }
 
@@ -385,6 +388,7 @@ void CoordinatorJob::tick() {
     const SteadyTime now = clock_.now();
     kv_.expire(now, fired.waits);
     report_waiting_joins(now);
+    if (rendezvous_.close_last_call(now, fired.joins) && !world_formed_) on_world_formed();
     if (rendezvous_.expire(now, fired.joins)) {
       // The world cannot form: the job is over (its agents exit with a
       // rendezvous failure), and a standalone coordinator may forget it.
@@ -395,7 +399,7 @@ void CoordinatorJob::tick() {
     }
     check_health(now, fired);
     if (world_formed_ && (state_ == GenerationState::kRunning || state_ == GenerationState::kStopping)) {
-      for (int node = 0; node < config_.nnodes; ++node) {
+      for (int node = 0; node < world_nnodes_; ++node) {
         const auto n = static_cast<size_t>(node);
         if (outcomes_[n] || now - last_heartbeat_[n] < config_.node_timeout) continue;
         NodeOutcome lost;

@@ -28,7 +28,7 @@
 namespace ddp {
 
 struct JobConfig {
-  int nnodes = 1;
+  int nnodes = 1;  // the most nodes
   int nproc = 1;
   int max_restarts = 0;
   /// A node whose agent sent no heartbeat for this long has failed.
@@ -40,6 +40,10 @@ struct JobConfig {
   /// NCCL_* variables of the launching node: every node's workers get those
   /// their own node does not set.
   std::map<std::string, std::string> job_env{};
+  /// Elastic (torchrun's --nnodes=MIN:MAX): the fewest nodes (0: nnodes), and
+  /// how long the rendezvous waits for more once that many joined.
+  int min_nnodes = 0;
+  Duration last_call_timeout = std::chrono::seconds(30);
 };
 
 enum class GenerationState { kRunning = 1, kStopping = 2, kRestarting = 3, kFinished = 4 };
@@ -186,6 +190,7 @@ class CoordinatorJob {
   GenerationView finished_view_;
   std::vector<Parked> watches_;
   std::vector<bool> told_finished_;  // by node rank
+  int world_nnodes_ = 0;             // nodes of the formed world (an elastic one may have fewer than nnodes)
 
   // Worker health (this generation).
   HangDetector health_;

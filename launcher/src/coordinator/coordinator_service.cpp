@@ -57,13 +57,16 @@ CoordinatorService::Reactor* CoordinatorService::Join(Ctx* ctx, const pb::JoinRe
     finish(ctx, reactor, too_big("host", req->host().size(), Limits::kMaxIdBytes), "Join");
     return reactor;
   }
-  if (req->nnodes() < 1 || req->nnodes() > Limits::kMaxNodes || req->nproc() < 1 || req->nproc() > Limits::kMaxNproc) {
+  if (req->nnodes() < 1 || req->nnodes() > Limits::kMaxNodes || req->nproc() < 1 || req->nproc() > Limits::kMaxNproc ||
+      req->min_nnodes() < 0 || req->min_nnodes() > req->nnodes() || req->last_call_timeout_ms() < 0) {
     finish(ctx, reactor, {StatusCode::kInvalidArgument,
                           fmt::format("nnodes {} / nproc {} out of range", req->nnodes(), req->nproc())}, "Join");
     return reactor;
   }
   JobConfig view;
   view.nnodes = req->nnodes();
+  view.min_nnodes = req->min_nnodes();
+  if (req->last_call_timeout_ms() > 0) view.last_call_timeout = millis(req->last_call_timeout_ms());
   view.nproc = req->nproc();
   view.max_restarts = req->max_restarts();
   view.job_env.insert(req->job_env().begin(), req->job_env().end());
@@ -77,6 +80,7 @@ CoordinatorService::Reactor* CoordinatorService::Join(Ctx* ctx, const pb::JoinRe
   params.nproc = req->nproc();
   params.node_rank = req->node_rank();
   params.nnodes = req->nnodes();
+  params.min_nnodes = req->min_nnodes();
   params.generation = req->generation();
   params.master_port = req->master_port();
   const int max_restarts = job->config().max_restarts;

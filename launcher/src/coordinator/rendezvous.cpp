@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <set>
 
 namespace ddp {
 
@@ -10,7 +11,12 @@ void Rendezvous::open(int64_t generation) {
   generation_ = generation;
   complete_ = false;
   pending_.clear();
-  rank_taken_.assign(static_cast<size_t>(nnodes_), false);
+  last_call_at_.reset();
+  rank_taken_.assign(static_cast<size_t>(max_nnodes_), false);
+}
+
+std::string Rendezvous::expected_nodes() const {
+  return elastic() ? fmt::format("{}:{}", min_nnodes_, max_nnodes_) : std::to_string(max_nnodes_);
 }
 
 Status Rendezvous::check(const JoinParams& p) const {
@@ -19,19 +25,22 @@ Status Rendezvous::check(const JoinParams& p) const {
             fmt::format("generation {} is not open for joins (the job is at generation {})", p.generation, generation_)};
   }
   if (complete_) {
-    return {StatusCode::kFailedPrecondition,
-            fmt::format("the world of generation {} is already complete ({} nodes); join refused", generation_, nnodes_)};
+    return {StatusCode::kFailedPrecondition, fmt::format("the world of generation {} is already complete ({} "
+                                                         "nodes); join refused",
+                                                         generation_, nnodes())};
   }
-  if (p.nnodes != nnodes_) {
+  const int min = p.min_nnodes > 0 ? p.min_nnodes : p.nnodes;
+  if (p.nnodes != max_nnodes_ || min != min_nnodes_) {
+    const std::string asked = min < p.nnodes ? fmt::format("{}:{}", min, p.nnodes) : std::to_string(p.nnodes);
     return {StatusCode::kFailedPrecondition,
-            fmt::format("world-size mismatch: this agent expects {} node(s), the job has {}", p.nnodes, nnodes_)};
+            fmt::format("world-size mismatch: this agent expects {} node(s), the job has {}", asked, expected_nodes())};
   }
   if (p.nproc != nproc_) {
     return {StatusCode::kFailedPrecondition,
             fmt::format("nproc mismatch: this agent runs {} worker(s) per node, the job {}", p.nproc, nproc_)};
   }
-  if (p.node_rank >= nnodes_ || p.node_rank < -1) {
-    return {StatusCode::kInvalidArgument, fmt::format("node rank {} outside 0..{}", p.node_rank, nnodes_ - 1)};
+  if (p.node_rank >= max_nnodes_ || p.node_rank < -1) {
+    return {StatusCode::kInvalidArgument, fmt::format("node rank {} outside 0..{}", p.node_rank, max_nnodes_ - 1)};
   }
   if (p.node_rank >= 0 && rank_taken_[static_cast<size_t>(p.node_rank)]) {
     return {StatusCode::kAlreadyExists, fmt::format("duplicate node rank {}: another agent already has it", p.node_rank)};
@@ -39,14 +48,36 @@ Status Rendezvous::check(const JoinParams& p) const {
   return Status::Ok();
 }
 
-void Rendezvous::join(const JoinParams& params, SteadyTime deadline, JoinCallback done, FiredJoins& fired) {
+void Rendezvous::join(const JoinParams& params, SteadyTime now, SteadyTime deadline, JoinCallback done,
+                      FiredJoins& fired) {
   if (Status s = check(params); !s.ok()) {
     fired.push_back({std::move(done), s, {}});
     return;
   }
   if (params.node_rank >= 0) rank_taken_[static_cast<size_t>(params.node_rank)] = true;
   pending_.push_back({params, deadline, std::move(done)});
-  if (static_cast<int>(pending_.size()) == nnodes_) form_world(fired);
+  if (static_cast<int>(pending_.size()) == max_nnodes_ || previous_world_is_back()) {
+    form_world(fired);
+  } else if (static_cast<int>(pending_.size()) >= min_nnodes_) {
+    last_call_at_ = now + last_call_;  // each newcomer restarts the last call, as torchrun's does
+  }
+}
+
+bool Rendezvous::previous_world_is_back() const {
+  if (!elastic() || generation_ == 0 || hosts_by_rank_.empty() || pending_.size() < hosts_by_rank_.size()) {
+    return false;
+  }
+  std::multiset<std::string> missing(hosts_by_rank_.begin(), hosts_by_rank_.end());
+  for (const Pending& p : pending_) {
+    if (auto it = missing.find(p.params.host); it != missing.end()) missing.erase(it);
+  }
+  return missing.empty();
+}
+
+bool Rendezvous::close_last_call(SteadyTime now, FiredJoins& fired) {
+  if (complete_ || !last_call_at_ || now < *last_call_at_) return false;
+  form_world(fired);
+  return true;
 }
 
 void Rendezvous::form_world(FiredJoins& fired) {
@@ -75,6 +106,12 @@ void Rendezvous::form_world(FiredJoins& fired) {
     rank_taken_[static_cast<size_t>(next_free)] = true;
   }
 
+  // A smaller (elastic) world: the same order, without the gaps.
+  std::vector<size_t> order(pending_.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+  std::sort(order.begin(), order.end(), [&](size_t a, size_t b) { return rank_of[a] < rank_of[b]; });
+  for (size_t r = 0; r < order.size(); ++r) rank_of[order[r]] = static_cast<int>(r);
+
   std::vector<size_t> by_rank(pending_.size());
   for (size_t i = 0; i < pending_.size(); ++i) by_rank[static_cast<size_t>(rank_of[i])] = i;
   std::vector<int> rank_start(pending_.size() + 1, 0);
@@ -89,7 +126,7 @@ void Rendezvous::form_world(FiredJoins& fired) {
     const auto r = static_cast<size_t>(rank_of[i]);
     Assignment a;
     a.node_rank = rank_of[i];
-    a.nnodes = nnodes_;
+    a.nnodes = static_cast<int>(pending_.size());
     a.rank_start = rank_start[r];
     a.world_size = rank_start.back();
     a.generation = generation_;
@@ -100,14 +137,17 @@ void Rendezvous::form_world(FiredJoins& fired) {
     previous_rank_of_host_.emplace(a.host, a.node_rank);
     fired.push_back({std::move(pending_[i].done), Status::Ok(), a});
   }
+  world_nnodes_ = static_cast<int>(pending_.size());
   pending_.clear();
+  last_call_at_.reset();
   complete_ = true;
 }
 
 void Rendezvous::abort(const Status& status, FiredJoins& fired) {
   for (auto& p : pending_) fired.push_back({std::move(p.done), status, {}});
   pending_.clear();
-  rank_taken_.assign(static_cast<size_t>(nnodes_), false);
+  last_call_at_.reset();
+  rank_taken_.assign(static_cast<size_t>(max_nnodes_), false);
 }
 
 std::optional<std::string> Rendezvous::waiting_summary() const {
@@ -115,15 +155,16 @@ std::optional<std::string> Rendezvous::waiting_summary() const {
   constexpr size_t kNamed = 8;  // a line, not a list of thousands
   std::vector<std::string> hosts;
   for (size_t i = 0; i < pending_.size() && i < kNamed; ++i) hosts.push_back(pending_[i].params.host);
-  std::string line = fmt::format("{} of {} node(s) joined generation {} (hosts: {}{})", pending_.size(), nnodes_,
-                                 generation_, fmt::join(hosts, ", "), pending_.size() > kNamed ? ", ..." : "");
+  std::string line = fmt::format("{} of {} node(s) joined generation {} (hosts: {}{})", pending_.size(),
+                                 expected_nodes(), generation_, fmt::join(hosts, ", "),
+                                 pending_.size() > kNamed ? ", ..." : "");
   std::vector<int> untaken;
-  for (int r = 0; r < nnodes_; ++r) {
+  for (int r = 0; r < max_nnodes_; ++r) {
     if (!rank_taken_[static_cast<size_t>(r)]) untaken.push_back(r);
   }
   // Only when every joined agent asked for its rank are the free ranks
   // exactly the missing nodes; an auto-ranked agent holds no rank yet.
-  if (untaken.size() == static_cast<size_t>(nnodes_) - pending_.size()) {
+  if (!elastic() && untaken.size() == static_cast<size_t>(max_nnodes_) - pending_.size()) {
     const bool more = untaken.size() > kNamed;
     untaken.resize(std::min(untaken.size(), kNamed));
     line += fmt::format("; not joined yet: node rank(s) {}{}", fmt::join(untaken, ", "), more ? ", ..." : "");
@@ -144,11 +185,12 @@ bool Rendezvous::expire(SteadyTime now, FiredJoins& fired) {
   for (size_t i = 0; i < pending_.size() && i < kHostsNamed; ++i) joined.push_back(pending_[i].params.host);
   const Status timeout{StatusCode::kDeadlineExceeded,
                        fmt::format("rendezvous timed out: {} of {} node(s) joined generation {} (hosts: {}{})",
-                                   pending_.size(), nnodes_, generation_, fmt::join(joined, ", "),
+                                   pending_.size(), expected_nodes(), generation_, fmt::join(joined, ", "),
                                    pending_.size() > kHostsNamed ? ", ..." : "")};
   for (auto& p : pending_) fired.push_back({std::move(p.done), timeout, {}});
   pending_.clear();
-  rank_taken_.assign(static_cast<size_t>(nnodes_), false);
+  last_call_at_.reset();
+  rank_taken_.assign(static_cast<size_t>(max_nnodes_), false);
   return true;
 }
 

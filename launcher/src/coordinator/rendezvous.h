@@ -1,12 +1,19 @@
 #pragma once
 // Rendezvous: forms the world of one generation from the agents' joins. Each
-// join is parked until nnodes agents have joined, then every agent gets its
-// node rank, its global rank range (prefix sums of nproc over node ranks) and
-// node 0's address as MASTER_ADDR/MASTER_PORT. O(n) in the number of nodes.
+// join is parked until the world is complete, then every agent gets its node
+// rank, its global rank range (prefix sums of nproc over node ranks) and node
+// 0's address as MASTER_ADDR/MASTER_PORT. O(n) in the number of nodes.
+//
+// Complete means: nnodes agents joined; or, for an elastic job (min_nnodes <
+// nnodes, torchrun's --nnodes=MIN:MAX), at least min_nnodes joined and
+// last_call passed without another join (close_last_call()). The world then
+// has as many nodes as joined.
 //
 // Node ranks: an agent may ask for one; the others get the free ranks in
 // arrival order, except that a host that held a rank in an earlier generation
-// gets it back when free (a restart keeps the layout).
+// gets it back when free (a restart keeps the layout). A smaller elastic world
+// keeps that order and closes the gaps, so ranks run 0..n-1. A restart of an
+// elastic job forms as soon as every node of the previous world is back.
 //
 // Threading: not thread-safe (CoordinatorJob serializes). Callbacks are
 // returned to the caller to run after its lock is released.
@@ -27,7 +34,9 @@ struct JoinParams {
   std::map<std::string, std::string> job_env;  // this node's NCCL_* (the job keeps its creator's)
   int nproc = 0;
   int node_rank = -1;  // -1: assign
-  int nnodes = 0;
+  int nnodes = 0;      // the most nodes
+  int min_nnodes = 0;  // the fewest (elastic); 0: nnodes
+  Duration last_call_timeout = std::chrono::seconds(30);  // elastic (a new job takes its first joiner's)
   int64_t generation = 0;
   int master_port = 0;
 };
@@ -56,8 +65,10 @@ using FiredJoins = std::vector<FiredJoin>;
 
 class Rendezvous {
  public:
-  /// nnodes and nproc are the job's, fixed by its first join.
-  Rendezvous(int nnodes, int nproc) : nnodes_(nnodes), nproc_(nproc) {}
+  /// nnodes (the most), nproc, min_nnodes (0: nnodes) and last_call are the
+  /// job's, fixed by its first join.
+  Rendezvous(int nnodes, int nproc, int min_nnodes = 0, Duration last_call = std::chrono::seconds(30))
+      : max_nnodes_(nnodes), min_nnodes_(min_nnodes > 0 ? min_nnodes : nnodes), nproc_(nproc), last_call_(last_call) {}
 
   /// Opens generation for joins (the first is 0; then each restart's).
   void open(int64_t generation);
@@ -66,7 +77,11 @@ class Rendezvous {
   bool complete() const { return complete_; }
 
   /// Parks the join (or refuses it at once through fired).
-  void join(const JoinParams& params, SteadyTime deadline, JoinCallback done, FiredJoins& fired);
+  void join(const JoinParams& params, SteadyTime now, SteadyTime deadline, JoinCallback done, FiredJoins& fired);
+  /// Elastic jobs: forms the world of the agents present once at least
+  /// min_nnodes joined and last_call passed since the latest join; returns
+  /// true when it did.
+  bool close_last_call(SteadyTime now, FiredJoins& fired);
   /// Refuses parked joins whose deadline passed; returns true when that
   /// happened (the generation can then no longer form).
   bool expire(SteadyTime now, FiredJoins& fired);
@@ -80,7 +95,11 @@ class Rendezvous {
 
   /// The hosts of the formed world, by node rank.
   const std::vector<std::string>& hosts() const { return hosts_by_rank_; }
-  int nnodes() const { return nnodes_; }
+  /// The nodes of the last formed world (before any formed: the most).
+  int nnodes() const { return world_nnodes_ > 0 ? world_nnodes_ : max_nnodes_; }
+  int max_nnodes() const { return max_nnodes_; }
+  int min_nnodes() const { return min_nnodes_; }
+  bool elastic() const { return min_nnodes_ < max_nnodes_; }
   int nproc() const { return nproc_; }
 
  private:
@@ -91,9 +110,17 @@ class Rendezvous {
   };
   Status check(const JoinParams& params) const;
   void form_world(FiredJoins& fired);
+  std::string expected_nodes() const;  // "2" or "1:2"
+  /// A restart of an elastic job need not wait for the last call once every
+  /// node of the world before has joined again.
+  bool previous_world_is_back() const;
 
-  int nnodes_;
+  int max_nnodes_;
+  int min_nnodes_;
   int nproc_;
+  Duration last_call_;
+  int world_nnodes_ = 0;
+  std::optional<SteadyTime> last_call_at_;  // elastic, once min_nnodes joined
   int64_t generation_ = 0;
   bool complete_ = false;
   std::vector<Pending> pending_;

@@ -6,7 +6,7 @@
 #include <fstream>
 #include <regex>
 
-#include "cli/host_resources.h"
+#include "topology/host_resources.h"
 #include "doctor/preflight.h"
 
 namespace ddp {

@@ -19,6 +19,7 @@
 #include <fstream>
 
 #include "blas/openblas_core.h"
+#include "net/tcp_bind.h"
 #include "net/tcp_probe.h"
 
 namespace ddp {
@@ -218,27 +219,15 @@ addrinfo* resolve(const std::string& host, int port, int socktype, int flags, So
 }
 
 SocketOutcome probe_bind(const std::string& host, int port) {
+  const BindOutcome bound = try_tcp_bind(host, port);
   SocketOutcome out;
-  addrinfo* found = resolve(host, port, SOCK_STREAM, AI_PASSIVE, out);
-  if (found == nullptr) return out;
-  out.error = EADDRNOTAVAIL;
-  for (addrinfo* ai = found; ai != nullptr; ai = ai->ai_next) {
-    const int fd = socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC, ai->ai_protocol);
-    if (fd < 0) continue;
-    const int one = 1;  // as a worker's TCP store binds: TIME_WAIT counts as free
-    setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-    const bool bound = bind(fd, ai->ai_addr, ai->ai_addrlen) == 0;
-    const int err = errno;
-    close(fd);
-    if (bound) {
-      out.error = 0;
-      break;
-    }
-    // An address that is ours but busy beats one that is not ours.
-    if (out.error == EADDRNOTAVAIL || err != EADDRNOTAVAIL) out.error = err;
+  if (!bound.resolve_error.empty()) {
+    out.error = SocketOutcome::kUnresolved;
+    out.message = bound.resolve_error;
+  } else if (bound.error != 0) {
+    out.error = bound.error;
+    out.message = std::strerror(bound.error);
   }
-  freeaddrinfo(found);
-  if (out.error != 0) out.message = std::strerror(out.error);
   return out;
 }
 

@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "cli/launch_plan.h"  // GetEnv
+#include "topology/launch_plan.h"  // GetEnv
 #include "net/system_resolver.h"
 
 namespace ddp {

@@ -9,21 +9,25 @@
 #include <cerrno>
 #include <system_error>
 
+#include "process/stop_signals.h"
+
 namespace ddp {
 namespace {
 
 sigset_t handled_signals() {
   sigset_t set;
   sigemptyset(&set);
-  for (int s : {SIGCHLD, SIGTERM, SIGINT, SIGHUP}) sigaddset(&set, s);
+  sigaddset(&set, SIGCHLD);
+  for (int s : stop_signals()) sigaddset(&set, s);
   return set;
 }
 
 }  // namespace
 
 void block_handled_signals() {
+  // The whole mask: a signal dropped from the stop signals gets its default action back.
   const sigset_t set = handled_signals();
-  sigprocmask(SIG_BLOCK, &set, nullptr);
+  sigprocmask(SIG_SETMASK, &set, nullptr);
   signal(SIGPIPE, SIG_IGN);  // a closed console must not kill the launcher
 }
 

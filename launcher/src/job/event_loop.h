@@ -15,9 +15,11 @@
 
 namespace ddp {
 
-/// Blocks SIGCHLD, SIGTERM, SIGINT and SIGHUP (they are read from the
-/// signalfd instead) and ignores SIGPIPE. Call at the top of main(), before
-/// any thread or child exists; spawned workers get default dispositions back.
+/// Blocks SIGCHLD and the stop signals (process/stop_signals.h; they are read
+/// from the signalfd instead), unblocks every other signal, and ignores
+/// SIGPIPE. Call at the top of main(), and again once the stop signals are
+/// known, before any thread or child exists; spawned workers get default
+/// dispositions back.
 void block_handled_signals();
 
 class EventLoop {

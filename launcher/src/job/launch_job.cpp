@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <csignal>
+#include <cstdio>
 #include <fstream>
 #include <future>
 #include <map>
@@ -22,6 +23,8 @@
 #include "job/event_loop.h"
 #include "job/worker_env.h"
 #include "net/host_port.h"
+#include "net/host_name.h"
+#include "output/line_prefix.h"
 #include "output/output_router.h"
 #include "process/posix_spawner.h"
 #include "agent/worker_health_board.h"
@@ -29,6 +32,7 @@
 #include "report/failure_report.h"
 #include "report/nccl_evidence.h"
 #include "report/oom_probe.h"
+#include "report/root_cause_summary.h"
 
 namespace ddp {
 namespace {
@@ -59,6 +63,16 @@ void record_nccl_env(const LaunchPlan& plan, const Assignment& layout, int attem
   }
   const fs::path path = attempt_dir(plan, attempt) / fmt::format("nccl_env.node{}.json", layout.node_rank);
   std::ofstream(path) << nccl.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) << '\n';
+}
+
+// The program's argv; with --legacy-local-rank-arg, "--local_rank=N" right
+// after the program, where torch.distributed.launch put it.
+std::vector<std::string> worker_argv(const LaunchPlan& plan, int local_rank) {
+  std::vector<std::string> argv = plan.argv;
+  if (plan.local_rank_arg_at >= 0) {
+    argv.insert(argv.begin() + plan.local_rank_arg_at, fmt::format("--local_rank={}", local_rank));
+  }
+  return argv;
 }
 
 std::vector<WorkerSpec> plan_workers(const LaunchPlan& plan, const Assignment& layout,
@@ -93,7 +107,8 @@ std::vector<WorkerSpec> plan_workers(const LaunchPlan& plan, const Assignment& l
     id.job_env = layout.job_env;
     id.node_defaults = node_defaults;
     id.nccl_debug_file = (dir / "nccl.log").string();
-    specs.push_back({local_rank, rank, {plan.argv, build_worker_env(base_env, id)}});
+    id.virtual_local_rank = plan.virtual_local_rank;
+    specs.push_back({local_rank, rank, {worker_argv(plan, local_rank), build_worker_env(base_env, id)}});
   }
   record_nccl_env(plan, layout, attempt, specs);
   return specs;
@@ -129,7 +144,10 @@ class JobListener final : public SupervisorListener {
 
   void on_attempt_started(int attempt) override {
     attempt_ = attempt;
+    closing_summary_.clear();
     router_.reset_tails();
+    copy_filtered_lines(StreamKind::kStdout, plan_.duplicate_stdout_filters, "filtered_stdout.log");
+    copy_filtered_lines(StreamKind::kStderr, plan_.duplicate_stderr_filters, "filtered_stderr.log");
     failures_ = nlohmann::json::array();
     oom_kills_at_start_ = oom_.kills();
     spdlog::info("job {} attempt {}: starting {} worker(s): {}", plan_.job_id, attempt, plan_.nproc,
@@ -164,6 +182,11 @@ class JobListener final : public SupervisorListener {
       return;
     }
     if (root == workers.end()) return;
+    std::vector<RankFailure> others;
+    for (const WorkerRecord& w : workers) {
+      if (w.state == WorkerState::kFailed && &w != &*root) others.push_back(rank_failure(attempt, w));
+    }
+    closing_summary_ = format_root_cause_summary(plan_.program, rank_failure(attempt, *root), others);
     const fs::path path = attempt_dir(plan_, attempt) / "failure.json";
     nlohmann::json report = attempt_report_to_json(plan_.job_id, attempt, *root, failures_, workers);
     add_nccl_evidence(attempt, report);
@@ -175,6 +198,10 @@ class JobListener final : public SupervisorListener {
     spdlog::warn("restarting the job as attempt {} of at most {}", next_attempt, plan_.max_restarts);
   }
 
+  /// torchrun's "Root Cause" block for the last attempt, when one of this
+  /// node's workers failed it; empty otherwise.
+  const std::string& closing_summary() const { return closing_summary_; }
+
   /// This node's rank in the job, once the coordinator has said it.
   void set_node_rank(int node_rank) { node_rank_ = node_rank; }
   /// The coordinator stopped the attempt for a hang or desync: its report
@@ -182,6 +209,21 @@ class JobListener final : public SupervisorListener {
   void set_stop_report(std::string report_json) { stop_report_ = std::move(report_json); }
 
  private:
+  RankFailure rank_failure(int attempt, const WorkerRecord& w) const {
+    RankFailure f;
+    f.time = w.exit_time;
+    f.host = this_host_name();
+    f.rank = w.rank;
+    f.local_rank = w.local_rank;
+    f.pid = w.pid;
+    f.exit_code = w.exit ? w.exit->code : 0;
+    f.signal = w.exit ? w.exit->signal : 0;
+    const fs::path error_file = rank_dir(plan_, attempt, w.rank) / "error.json";
+    f.error_file_contents = read_error_file(error_file);
+    if (f.error_file_contents) f.error_file = error_file.string();
+    return f;
+  }
+
   // What the ranks' NCCL logs say, when they wrote any.
   void add_nccl_evidence(int attempt, nlohmann::json& report) const {
     const auto nccl = nccl_evidence(attempt_dir(plan_, attempt));
@@ -202,8 +244,20 @@ class JobListener final : public SupervisorListener {
 
   void route(int pipe_fd, const WorkerRecord& worker, StreamKind kind, const fs::path& file, bool to_console) {
     if (pipe_fd < 0) return;
-    router_.add(pipe_fd, {worker.rank, worker.local_rank, kind, to_console, open_log(file)});
+    StreamRoute r{worker.rank, worker.local_rank, kind, to_console, open_log(file), std::nullopt};
+    if (!plan_.log_line_prefix_template.empty()) {
+      r.prefix = expand_line_prefix(plan_.log_line_prefix_template,
+                                    {worker.rank, worker.local_rank, plan_.role, this_host_name()});
+    }
+    router_.add(pipe_fd, r);
     loop_.watch_output(pipe_fd);
+  }
+
+  // torchrun's --duplicate-*-filters: matching lines of every rank, one file per attempt.
+  void copy_filtered_lines(StreamKind kind, const std::vector<std::string>& filters, const char* name) {
+    if (filters.empty()) return;
+    fs::create_directories(attempt_dir(plan_, attempt_));
+    router_.set_filtered_copy(kind, filters, open_log(attempt_dir(plan_, attempt_) / name));
   }
 
   const LaunchPlan& plan_;
@@ -213,6 +267,7 @@ class JobListener final : public SupervisorListener {
   std::optional<uint64_t> oom_kills_at_start_;
   nlohmann::json failures_ = nlohmann::json::array();
   std::string stop_report_;
+  std::string closing_summary_;
   int attempt_ = 0;  // the attempt now running
   int node_rank_ = 0;
 };
@@ -255,6 +310,8 @@ std::unique_ptr<CoordinatorServer> host_coordinator(const LaunchPlan& plan, cons
   options.node_timeout = plan.node_timeout;
   HostedJob job{plan.job_id, plan.token, {}};
   job.config.nnodes = plan.nnodes;
+  job.config.min_nnodes = plan.min_nnodes;
+  job.config.last_call_timeout = plan.last_call_timeout;
   job.config.nproc = plan.nproc;
   job.config.max_restarts = plan.max_restarts;
   job.config.node_timeout = plan.node_timeout;
@@ -274,6 +331,12 @@ std::unique_ptr<CoordinatorServer> host_coordinator(const LaunchPlan& plan, cons
   return server;
 }
 
+// "2", or an elastic job's "1:2".
+std::string node_count(const LaunchPlan& plan) {
+  return plan.min_nnodes < plan.nnodes ? fmt::format("{}:{}", plan.min_nnodes, plan.nnodes)
+                                       : std::to_string(plan.nnodes);
+}
+
 AgentSettings agent_settings(const LaunchPlan& plan, const std::string& endpoint, const TlsFiles& tls) {
   AgentSettings settings;
   settings.endpoint = endpoint;
@@ -281,6 +344,8 @@ AgentSettings agent_settings(const LaunchPlan& plan, const std::string& endpoint
   settings.token = plan.token;
   settings.tls = tls;
   settings.nnodes = plan.nnodes;
+  settings.min_nnodes = plan.min_nnodes;
+  settings.last_call_timeout = plan.last_call_timeout;
   settings.node_rank = plan.node_rank;
   settings.nproc = plan.nproc;
   // Single node: MASTER_ADDR is what the user asked for (default 127.0.0.1).
@@ -324,11 +389,27 @@ int run_launch(const LaunchPlan& plan, OrphanSentinel* sentinel) {
   std::shared_future<NodeDefaults> node_defaults =
       std::async(std::launch::async, worker_defaults_of_this_node, base_env, runtime_dir).share();
   const TlsFiles tls{plan.tls_cert, plan.tls_key, plan.tls_ca};
-  spdlog::info("job {}: {} node(s) ({}), {} worker(s) here ({}), logs in {}", plan.job_id, plan.nnodes,
+  spdlog::info("job {}: {} node(s) ({}), {} worker(s) here ({}), logs in {}", plan.job_id, node_count(plan),
                plan.topology_source, plan.nproc, plan.nproc_reason, plan.job_log_dir.string());
   for (const auto& note : plan.topology_notes) spdlog::info("  {}", note);
+  if (plan.min_nnodes < plan.nnodes) {
+    spdlog::info("  elastic: starts with {} to {} node(s), the rendezvous waits {:.0f} s (last_call_timeout) for "
+                 "more once {} have joined",
+                 plan.min_nnodes, plan.nnodes, std::chrono::duration<double>(plan.last_call_timeout).count(),
+                 plan.min_nnodes);
+  }
+  for (const auto& note : plan.option_notes) spdlog::debug("{}", note);
   if (plan.token_generated && plan.nnodes > 1) {
-    spdlog::warn("no --token or DDPLAUNCH_TOKEN: the job id serves as the token, so anyone who knows it can join");
+    const std::string where = format_host_port(plan.rdzv_host, plan.rdzv_port);
+    if (plan.job_id_defaulted) {
+      spdlog::warn("no --token, DDPLAUNCH_TOKEN or --rdzv-id: the job is open to anyone who can reach {} (its id and "
+                   "token are torchrun's default '{}'); pass --token or set DDPLAUNCH_TOKEN on every node",
+                   where, plan.job_id);
+    } else {
+      spdlog::warn("no --token or DDPLAUNCH_TOKEN: the job id serves as the token, so anyone who knows it and can "
+                   "reach {} can join",
+                   where);
+    }
   }
 
   const std::unique_ptr<CoordinatorServer> coordinator = host_coordinator(plan, tls);
@@ -379,6 +460,10 @@ int run_launch(const LaunchPlan& plan, OrphanSentinel* sentinel) {
     linger_until_every_node_heard(*coordinator, plan, session.assignment().node_rank);
   }
   if (code == 0) spdlog::info("job {}: all worker(s) succeeded", plan.job_id);
+  if (code != 0 && !listener.closing_summary().empty()) {
+    std::fprintf(stderr, "%s", listener.closing_summary().c_str());
+    std::fflush(stderr);
+  }
   return code;
 }
 

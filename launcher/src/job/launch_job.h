@@ -3,7 +3,7 @@
 // starts the supervisor under the event loop, routes output and writes the
 // failure reports. Returns ddplaunch's exit code.
 
-#include "cli/launch_plan.h"
+#include "topology/launch_plan.h"
 
 namespace ddp {
 

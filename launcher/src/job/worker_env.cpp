@@ -1,6 +1,7 @@
 #include "job/worker_env.h"
 
 #include <map>
+#include <sstream>
 
 #include "net/grpc_name_resolution.h"
 
@@ -8,10 +9,28 @@ extern char** environ;
 
 namespace ddp {
 
+namespace {
+
+// The device local_rank would use: its entry of CUDA_VISIBLE_DEVICES, else its index.
+std::string own_cuda_device(const std::vector<std::string>& base, int local_rank) {
+  const std::string prefix = "CUDA_VISIBLE_DEVICES=";
+  for (const std::string& entry : base) {
+    if (entry.rfind(prefix, 0) != 0) continue;
+    std::stringstream list(entry.substr(prefix.size()));
+    int index = 0;
+    for (std::string device; std::getline(list, device, ',');) {
+      if (index++ == local_rank) return device;
+    }
+  }
+  return std::to_string(local_rank);
+}
+
+}  // namespace
+
 std::vector<std::string> build_worker_env(const std::vector<std::string>& base, const WorkerIdentity& id) {
-  const std::map<std::string, std::string> overrides = {
+  std::map<std::string, std::string> overrides = {
       {"RANK", std::to_string(id.rank)},
-      {"LOCAL_RANK", std::to_string(id.local_rank)},
+      {"LOCAL_RANK", std::to_string(id.virtual_local_rank ? 0 : id.local_rank)},
       {"WORLD_SIZE", std::to_string(id.world_size)},
       {"LOCAL_WORLD_SIZE", std::to_string(id.local_world_size)},
       {"GROUP_RANK", std::to_string(id.group_rank)},
@@ -39,6 +58,7 @@ std::vector<std::string> build_worker_env(const std::vector<std::string>& base, 
       {"DDPLAUNCH_NNODES", std::to_string(id.group_world_size)},
   };
 
+  if (id.virtual_local_rank) overrides["CUDA_VISIBLE_DEVICES"] = own_cuda_device(base, id.local_rank);
   std::map<std::string, std::string> forced = id.nccl_forced;
   forced.insert(overrides.begin(), overrides.end());
 
@@ -66,10 +86,11 @@ std::vector<std::string> build_worker_env(const std::vector<std::string>& base, 
   if (nccl_logs && !id.nccl_debug_file.empty() && kept.count("NCCL_DEBUG_FILE") == 0) {
     env.push_back("NCCL_DEBUG_FILE=" + id.nccl_debug_file);
   }
-  const bool has_omp = kept.count("OMP_NUM_THREADS") != 0;
   // N workers each spawning one OpenMP thread per core would oversubscribe
   // the machine N times over; torchrun sets the same default.
-  if (!has_omp) env.emplace_back("OMP_NUM_THREADS=1");
+  if (kept.count("OMP_NUM_THREADS") == 0 && id.local_world_size > 1) env.emplace_back("OMP_NUM_THREADS=1");
+  // A failed or timed-out NCCL collective ends the process instead of hanging it (torchrun's default).
+  if (kept.count("TORCH_NCCL_ASYNC_ERROR_HANDLING") == 0) env.emplace_back("TORCH_NCCL_ASYNC_ERROR_HANDLING=1");
   return env;
 }
 

@@ -27,6 +27,10 @@ struct WorkerIdentity {
   std::string agent_socket;  // DDPLAUNCH_AGENT_SOCKET: the local agent service
   std::string token;         // DDPLAUNCH_TOKEN: proves the worker belongs to the job
   int64_t heartbeat_interval_ms = 1000;  // DDPLAUNCH_HEARTBEAT_INTERVAL_MS
+  /// torchrun's --virtual-local-rank: LOCAL_RANK=0, and CUDA_VISIBLE_DEVICES
+  /// the one device this local rank would have used (its entry of the base
+  /// environment's list, else its index).
+  bool virtual_local_rank = false;
   /// NCCL_* that win over the node's environment (--nccl-debug, --nccl-debug-subsys).
   std::map<std::string, std::string> nccl_forced;
   /// NCCL_* of the launching node: added where the node's environment lacks them.
@@ -40,9 +44,10 @@ struct WorkerIdentity {
 };
 
 /// base: the launcher's environment as "NAME=value" entries. The result keeps
-/// every entry of base except those the identity overrides, and sets
-/// OMP_NUM_THREADS=1 and the identity's node_defaults only where base does
-/// not set them.
+/// every entry of base except those the identity overrides, and sets, only
+/// where base does not, what torchrun sets by default (OMP_NUM_THREADS=1 when
+/// a node runs several workers, TORCH_NCCL_ASYNC_ERROR_HANDLING=1) and the
+/// identity's node_defaults.
 std::vector<std::string> build_worker_env(const std::vector<std::string>& base, const WorkerIdentity& id);
 
 /// The calling process's environment as "NAME=value" entries, less what

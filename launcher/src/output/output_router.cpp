@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 
 namespace ddp {
@@ -22,7 +23,18 @@ void write_all(int fd, std::string_view data) {
 OutputRouter::OutputRouter(int node_rank, int console_out, int console_err, size_t tail_lines)
     : node_rank_(node_rank), console_out_(console_out), console_err_(console_err), tail_lines_(tail_lines) {}
 
-OutputRouter::~OutputRouter() { close_all(); }
+OutputRouter::~OutputRouter() {
+  close_all();
+  for (auto& [kind, copy] : filtered_) {
+    if (copy.file_fd >= 0) close(copy.file_fd);
+  }
+}
+
+void OutputRouter::set_filtered_copy(StreamKind kind, std::vector<std::string> needles, int file_fd) {
+  FilteredCopy& copy = filtered_[kind];
+  if (copy.file_fd >= 0) close(copy.file_fd);
+  copy = {std::move(needles), file_fd};
+}
 
 void OutputRouter::add(int pipe_fd, const StreamRoute& route) { streams_[pipe_fd] = Stream{route, LineSplitter{}}; }
 
@@ -72,10 +84,16 @@ void OutputRouter::emit_line(const StreamRoute& route, std::string_view line) {
     tail.emplace_back(line);
     if (tail.size() > tail_lines_) tail.pop_front();
   }
-  if (!route.to_console) return;
+  const auto copy = filtered_.find(route.kind);
+  const bool copied = copy != filtered_.end() && copy->second.file_fd >= 0 &&
+                      std::any_of(copy->second.needles.begin(), copy->second.needles.end(),
+                                  [&](const std::string& needle) { return line.find(needle) != std::string_view::npos; });
+  if (!route.to_console && !copied) return;
   // One write per line: lines from different ranks never mix mid-line.
-  write_all(route.kind == StreamKind::kStderr ? console_err_ : console_out_,
-            fmt::format("[{}:{}] {}\n", node_rank_, route.rank, line));
+  const std::string text = route.prefix ? fmt::format("{}{}\n", *route.prefix, line)
+                                        : fmt::format("[{}:{}] {}\n", node_rank_, route.rank, line);
+  if (route.to_console) write_all(route.kind == StreamKind::kStderr ? console_err_ : console_out_, text);
+  if (copied) write_all(copy->second.file_fd, text);
 }
 
 void OutputRouter::close_stream(std::map<int, Stream>::iterator it) {

@@ -1,14 +1,16 @@
 #pragma once
 // OutputRouter: moves the workers' stdout/stderr from their pipes to the
 // per-rank log files (raw bytes) and to the console (whole lines prefixed
-// "[node:rank] "), and keeps the last stderr lines of each rank for failure
-// reports.
+// "[node:rank] ", or a prefix of the caller's), copies the lines that match a
+// filter into one file per stream kind (torchrun's --duplicate-*-filters), and
+// keeps the last stderr lines of each rank for failure reports.
 //
 // Ownership: owns every pipe and file descriptor handed to add(); closes them
 // at end of stream or in close_all(). Threading: one thread (the event loop).
 
 #include <deque>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -24,6 +26,8 @@ struct StreamRoute {
   StreamKind kind = StreamKind::kStdout;
   bool to_console = true;
   int file_fd = -1;  // log file, -1 for none
+  /// Put before each console line; unset: "[node:rank] ".
+  std::optional<std::string> prefix;
 };
 
 class OutputRouter {
@@ -50,11 +54,19 @@ class OutputRouter {
   void set_node_rank(int node_rank) { node_rank_ = node_rank; }
   /// Forgets the tails (a new attempt starts).
   void reset_tails() { tails_.clear(); }
+  /// From now on, every line of kind that contains one of needles is also
+  /// written, prefixed as on the console, to file_fd (owned; replaces and
+  /// closes the previous one). No needles: nothing is copied.
+  void set_filtered_copy(StreamKind kind, std::vector<std::string> needles, int file_fd);
 
  private:
   struct Stream {
     StreamRoute route;
     LineSplitter splitter;
+  };
+  struct FilteredCopy {
+    std::vector<std::string> needles;
+    int file_fd = -1;
   };
   void emit_line(const StreamRoute& route, std::string_view line);
   void close_stream(std::map<int, Stream>::iterator it);
@@ -65,6 +77,7 @@ class OutputRouter {
   size_t tail_lines_;
   std::map<int, Stream> streams_;  // by pipe fd
   std::map<int, std::deque<std::string>> tails_;  // by local rank
+  std::map<StreamKind, FilteredCopy> filtered_;
 };
 
 }  // namespace ddp

@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""Usage: trap_signals.py OUTDIR: on SIGTERM/SIGINT/SIGHUP writes OUTDIR/signal_<RANK>
+"""Usage: trap_signals.py OUTDIR: on SIGTERM/SIGINT/SIGHUP/SIGQUIT/SIGUSR1 writes OUTDIR/signal_<RANK>
 (containing the signal name) and exits 0. Writes OUTDIR/ready_<RANK> once handlers are set."""
 import os
 import signal
@@ -22,7 +22,7 @@ def handler(signum, frame):
     os._exit(0)
 
 
-for s in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+for s in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1):
     signal.signal(s, handler)
 write(f"pid_{rank}", str(os.getpid()))
 write(f"ready_{rank}", "ready")

@@ -74,14 +74,15 @@
 #include <string>
 #include <vector>
 
-#include "cli/launch_plan.h"  // GetEnv
+#include "topology/launch_plan.h"  // GetEnv
 
 namespace ddp {
 
 /// Where the job's shape came from, printed at start ("source: slurm").
 struct DetectedTopology {
   std::string source;  // "flags", "torchrun env", "slurm", "openmpi", "kubernetes", "kubernetes jobset", "single node"
-  std::optional<int> nnodes;
+  std::optional<int> nnodes;      // the most nodes (MAX of an elastic MIN:MAX)
+  std::optional<int> min_nnodes;  // set only for an elastic range (MIN < MAX)
   std::optional<int> node_rank;
   std::optional<std::string> rdzv_host;  // host of the coordinator (node rank 0's agent)
   std::optional<int> rdzv_port;          // set whenever rdzv_host is
@@ -100,11 +101,20 @@ struct DetectedTopology {
 /// that `source` can tell them apart; a caller that folds PET_* into these
 /// values only changes the label "torchrun env" into "flags".
 struct TopologyFlags {
-  std::optional<int> nnodes;
+  std::optional<int> nnodes;      // N, or MAX of --nnodes=MIN:MAX
+  std::optional<int> min_nnodes;  // MIN of --nnodes=MIN:MAX
   std::optional<int> node_rank;
   std::optional<std::string> rdzv_endpoint;  // HOST[:PORT], [IPv6][:PORT]
   std::optional<std::string> rdzv_id;
 };
+
+/// --nnodes and PET_NNODES: N, or an elastic MIN:MAX (N is N:N).
+struct NodeCount {
+  int min = 1;
+  int max = 1;
+};
+/// Throws UsageError naming `what` unless text is N or MIN:MAX, 1 <= MIN <= MAX.
+NodeCount parse_node_count(const std::string& text, const std::string& what);
 
 /// Applies the precedence above. Throws UsageError naming the variable when a
 /// value cannot be right: not a number, a node rank outside [0, nnodes), a
@@ -115,13 +125,5 @@ DetectedTopology detect_topology(const TopologyFlags& flags, const GetEnv& geten
 /// hints) when it is not empty; the caller runs it before starting anything.
 void require_complete_topology(const DetectedTopology& topology);
 
-/// Expands a Slurm node list without scontrol, which may not be installed on
-/// the compute node: "node[01-03,07],gpu5,rack[1-2]-n[1-2]" -> node01 node02
-/// node03 node07 gpu5 rack1-n1 rack1-n2 rack2-n1 rack2-n2. Zero padding follows
-/// the width of a range's lower bound; several bracket groups in one name
-/// multiply out, the leftmost varying slowest; commas inside brackets separate
-/// ranges, outside them hosts. Throws UsageError quoting the offending text on
-/// malformed input ("node[1-", "a[3-1]", "a,,b", "[]") or an absurd size.
-std::vector<std::string> expand_slurm_nodelist(const std::string& nodelist);
 
 }  // namespace ddp

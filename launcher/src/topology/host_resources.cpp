@@ -1,4 +1,4 @@
-#include "cli/host_resources.h"
+#include "topology/host_resources.h"
 
 #include <sched.h>
 

@@ -19,7 +19,8 @@ struct LaunchPlan {
   int nproc = 1;
   std::string nproc_reason;  // how nproc was chosen, for the start-up line
   int node_rank = -1;        // -1: the coordinator assigns it
-  int nnodes = 1;
+  int nnodes = 1;            // the most nodes (MAX of --nnodes=MIN:MAX)
+  int min_nnodes = 1;        // the fewest the job starts with (MIN; = nnodes unless elastic)
   std::string topology_source;  // "single node", "slurm", ...
   std::vector<std::string> topology_notes;
   // The coordinator: single-node jobs host it on loopback with a free port;
@@ -33,16 +34,24 @@ struct LaunchPlan {
   std::string tls_cert, tls_key, tls_ca;
   std::string local_addr;
   Duration join_timeout = std::chrono::seconds(600);
+  /// Elastic jobs: how long the rendezvous waits for more nodes once MIN have joined.
+  Duration last_call_timeout = std::chrono::seconds(30);
   Duration node_timeout = std::chrono::seconds(15);
   Duration agent_heartbeat_interval = std::chrono::seconds(5);
   std::string master_addr;
   int master_port = 0;
   int max_restarts = 0;
-  std::string job_id;
-  std::filesystem::path job_log_dir;  // <log-dir>/<job_id>
+  std::string job_id;          // what every node of the job agrees on (TORCHELASTIC_RUN_ID)
+  bool job_id_defaulted = false;  // torchrun's default id: nobody named the job
+  std::filesystem::path job_log_dir;  // <log-dir>/<job_id>, or <log-dir>/<job_id>-<time>-<random> when defaulted
   StreamSelection redirects;          // streams kept off the console
   std::set<int> console_local_ranks;  // empty: all
   std::string role;
+  /// Console prefix template (torchrun's TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE); empty: "[node:rank] ".
+  std::string log_line_prefix_template;
+  /// --duplicate-stdout-filters / --duplicate-stderr-filters, split.
+  std::vector<std::string> duplicate_stdout_filters;
+  std::vector<std::string> duplicate_stderr_filters;
   Duration shutdown_grace{};
   Duration heartbeat_interval = std::chrono::seconds(1);
   Duration hang_timeout = std::chrono::seconds(300);
@@ -50,7 +59,16 @@ struct LaunchPlan {
   /// They win over NCCL_DEBUG / NCCL_DEBUG_SUBSYS in the environment.
   std::string nccl_debug;
   std::string nccl_debug_subsys;
+  std::string program;            // PROGRAM as the user gave it (for messages)
   std::vector<std::string> argv;  // what each worker executes
+  /// --legacy-local-rank-arg: where in argv "--local_rank=N" goes (after the
+  /// program, before its arguments); -1: not passed.
+  int local_rank_arg_at = -1;
+  bool virtual_local_rank = false;
+  /// The signals that stop the job (--signals-to-handle).
+  std::vector<int> stop_signals;
+  /// Why some torchrun options change nothing here, for the debug log.
+  std::vector<std::string> option_notes;
 };
 
 /// Reads an environment variable; injectable for tests.

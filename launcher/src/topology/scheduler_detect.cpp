@@ -1,4 +1,4 @@
-#include "cli/scheduler_detect.h"
+#include "topology/scheduler_detect.h"
 
 #include <fmt/format.h>
 
@@ -10,13 +10,11 @@
 #include "cli/stream_selection.h"  // parse_int
 #include "cli/usage_error.h"
 #include "net/host_port.h"
+#include "topology/slurm_nodelist.h"
 
 namespace ddp {
 namespace {
 
-// A node list that expands past this is a typo ("node[0-99999999]"), not a
-// cluster; refusing it keeps a bad variable from eating the agent's memory.
-constexpr std::size_t kMaxNodes = std::size_t{1} << 20;
 
 // ---------------------------------------------------------------- environment
 
@@ -52,16 +50,25 @@ std::optional<int> env_int(const GetEnv& getenv, const char* name) {
   return text ? std::optional<int>(to_int(*text, name)) : std::nullopt;
 }
 
-// torchrun's --nnodes (and so PET_NNODES) may be an elastic MIN:MAX range; a
-// fixed-size job accepts only N or N:N.
-int to_nnodes(const std::string& text, const std::string& what) {
+}  // namespace
+
+NodeCount parse_node_count(const std::string& text, const std::string& what) {
   const auto colon = text.find(':');
-  if (colon == std::string::npos) return to_int(text, what);
-  const int min = to_int(text.substr(0, colon), what);
-  const int max = to_int(text.substr(colon + 1), what);
-  if (min != max) throw UsageError(fmt::format("{}='{}': elastic node ranges are not supported", what, text));
-  return min;
+  NodeCount n;
+  bool numbers = false;
+  if (colon == std::string::npos) {
+    numbers = parse_int(text, n.max);
+    n.min = n.max;
+  } else {
+    numbers = parse_int(text.substr(0, colon), n.min) && parse_int(text.substr(colon + 1), n.max);
+  }
+  if (!numbers || n.min < 1 || n.max < n.min) {
+    throw UsageError(fmt::format("{}='{}': expected N or MIN:MAX with 1 <= MIN <= MAX", what, text));
+  }
+  return n;
 }
+
+namespace {
 
 // A variable that must be there once its scheduler is recognised: its absence
 // is a manifest mistake, so the message says how to fix it.
@@ -105,105 +112,6 @@ std::optional<HostPort> master_endpoint(const GetEnv& getenv, const char* addr_n
   return HostPort{*addr, port ? std::optional<int>(to_port(*port, port_name)) : std::nullopt};
 }
 
-// ------------------------------------------------------------ slurm node list
-
-// Every node-list error quotes the whole variable and the piece at fault, so
-// the user can find it in a long list.
-[[noreturn]] void malformed_nodelist(const std::string& whole, const std::string& why, const std::string& part) {
-  throw UsageError(fmt::format("malformed Slurm node list '{}': {} in '{}'", whole, why, part));
-}
-
-// Commas separate hosts only outside brackets: "a[1,3],b" is two patterns.
-std::vector<std::string> split_host_patterns(const std::string& list) {
-  std::vector<std::string> patterns;
-  std::string current;
-  bool in_brackets = false;
-  for (const char c : list) {
-    if (std::isspace(static_cast<unsigned char>(c))) malformed_nodelist(list, "whitespace", list);
-    if (c == '[') {
-      if (in_brackets) malformed_nodelist(list, "nested '['", current + c);
-      in_brackets = true;
-    } else if (c == ']') {
-      if (!in_brackets) malformed_nodelist(list, "']' without '['", current + c);
-      in_brackets = false;
-    } else if (c == ',' && !in_brackets) {
-      if (current.empty()) malformed_nodelist(list, "empty host name", list);
-      patterns.push_back(std::move(current));
-      current.clear();
-      continue;
-    }
-    current += c;
-  }
-  if (in_brackets) malformed_nodelist(list, "unclosed '['", current);
-  if (current.empty()) malformed_nodelist(list, "empty host name", list);
-  patterns.push_back(std::move(current));
-  return patterns;
-}
-
-// Digits only, and few enough to fit an int: node numbers, not hostnames.
-long parse_node_number(const std::string& digits, const std::string& whole, const std::string& part) {
-  const bool ok = !digits.empty() && digits.size() <= 9 && std::all_of(digits.begin(), digits.end(), [](char c) {
-    return std::isdigit(static_cast<unsigned char>(c));
-  });
-  if (!ok) malformed_nodelist(whole, fmt::format("'{}' is not a node number", digits), part);
-  return std::stol(digits);
-}
-
-// One "lo-hi" or "n" inside brackets. Slurm pads to the width of the lower
-// bound, so "01-10" keeps two digits and "8-10" none.
-void expand_range(const std::string& range, const std::string& whole, const std::string& part,
-                  std::vector<std::string>& out) {
-  const auto dash = range.find('-');
-  const std::string lo_text = range.substr(0, dash);
-  const long lo = parse_node_number(lo_text, whole, part);
-  const long hi = dash == std::string::npos ? lo : parse_node_number(range.substr(dash + 1), whole, part);
-  if (hi < lo) malformed_nodelist(whole, fmt::format("range '{}' runs backwards", range), part);
-  if (static_cast<std::size_t>(hi - lo) >= kMaxNodes - out.size()) {
-    malformed_nodelist(whole, fmt::format("more than {} nodes", kMaxNodes), part);
-  }
-  for (long n = lo; n <= hi; ++n) out.push_back(fmt::format("{:0{}}", n, lo_text.size()));
-}
-
-// The body of one bracket group, "01-03,07", as the strings it stands for.
-std::vector<std::string> expand_bracket(const std::string& body, const std::string& whole, const std::string& part) {
-  if (body.empty()) malformed_nodelist(whole, "empty brackets", part);
-  std::vector<std::string> numbers;
-  std::size_t start = 0;
-  while (true) {
-    const auto comma = body.find(',', start);
-    const std::string range = body.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
-    if (range.empty()) malformed_nodelist(whole, "empty range", part);
-    expand_range(range, whole, part, numbers);
-    if (comma == std::string::npos) return numbers;
-    start = comma + 1;
-  }
-}
-
-// One host pattern with any number of bracket groups: the groups multiply out,
-// the leftmost varying slowest ("r[1-2]-n[1-2]" -> r1-n1 r1-n2 r2-n1 r2-n2).
-std::vector<std::string> expand_host_pattern(const std::string& pattern, const std::string& whole) {
-  std::vector<std::string> hosts{""};
-  std::size_t pos = 0;
-  while (pos < pattern.size()) {
-    const auto open = pattern.find('[', pos);
-    const std::string literal = pattern.substr(pos, open == std::string::npos ? std::string::npos : open - pos);
-    for (auto& h : hosts) h += literal;
-    if (open == std::string::npos) break;
-    const auto close = pattern.find(']', open);  // present: split_host_patterns checked the brackets
-    const auto choices = expand_bracket(pattern.substr(open + 1, close - open - 1), whole, pattern);
-    if (hosts.size() * choices.size() > kMaxNodes) {
-      malformed_nodelist(whole, fmt::format("more than {} nodes", kMaxNodes), pattern);
-    }
-    std::vector<std::string> grown;
-    grown.reserve(hosts.size() * choices.size());
-    for (const auto& h : hosts) {
-      for (const auto& c : choices) grown.push_back(h + c);
-    }
-    hosts = std::move(grown);
-    pos = close + 1;
-  }
-  return hosts;
-}
 
 // ------------------------------------------------------------------- sources
 
@@ -306,7 +214,9 @@ std::optional<DetectedTopology> from_openmpi(const GetEnv& getenv, int /*default
 // PET_NNODES first (what torchrun would read), then ours.
 void kubernetes_nnodes(const GetEnv& getenv, DetectedTopology& t) {
   if (const auto n = first_set(getenv, {"PET_NNODES", "DDPLAUNCH_NNODES"})) {
-    t.nnodes = to_nnodes(n->second, n->first);
+    const NodeCount count = parse_node_count(n->second, n->first);
+    t.nnodes = count.max;
+    if (count.min != count.max) t.min_nnodes = count.min;
     t.notes.push_back(fmt::format("nnodes {} from {}", *t.nnodes, n->first));
   }
 }
@@ -415,7 +325,8 @@ struct Asked {
 // What the user asked for: each command-line flag, else torchrun's PET_*
 // default for it (torchrun reads PET_<OPTION> when --<option> is absent).
 struct Request {
-  Asked<int> nnodes;
+  Asked<int> nnodes;             // the most nodes
+  std::optional<int> min_nnodes;  // the fewest, for an elastic MIN:MAX
   Asked<int> node_rank;
   Asked<HostPort> endpoint;
   Asked<std::string> job_id;
@@ -424,6 +335,9 @@ struct Request {
 // CLI parsing checks syntax; negative numbers can still arrive from callers.
 void check_flags(const TopologyFlags& f) {
   if (f.nnodes && *f.nnodes < 1) throw UsageError(fmt::format("--nnodes={} must be at least 1", *f.nnodes));
+  if (f.min_nnodes && (*f.min_nnodes < 1 || !f.nnodes || *f.min_nnodes > *f.nnodes)) {
+    throw UsageError("--nnodes=MIN:MAX needs 1 <= MIN <= MAX");
+  }
   if (f.node_rank && *f.node_rank < 0) throw UsageError(fmt::format("--node-rank={} must be >= 0", *f.node_rank));
 }
 
@@ -447,8 +361,11 @@ Request read_request(const TopologyFlags& f, const GetEnv& getenv) {
   Request r;
   if (f.nnodes) {
     r.nnodes = {f.nnodes, "--nnodes"};
+    r.min_nnodes = f.min_nnodes;
   } else if (const auto pet = env_value(getenv, "PET_NNODES")) {
-    r.nnodes = {to_nnodes(*pet, "PET_NNODES"), "PET_NNODES"};
+    const NodeCount count = parse_node_count(*pet, "PET_NNODES");
+    r.nnodes = {count.max, "PET_NNODES"};
+    if (count.min != count.max) r.min_nnodes = count.min;
   }
   if (f.node_rank) {
     r.node_rank = {f.node_rank, "--node-rank"};
@@ -494,6 +411,7 @@ void apply_asked(std::optional<int>& field, const Asked<int>& asked, const char*
 // Rule 3: everything asked replaces what the source found, field by field.
 void apply_request(DetectedTopology& t, const Request& r, int default_port) {
   apply_asked(t.nnodes, r.nnodes, "nnodes", t);
+  if (r.nnodes.value) t.min_nnodes = r.min_nnodes;
   apply_asked(t.node_rank, r.node_rank, "node rank", t);
   if (r.endpoint.value) {
     set_endpoint(t, *r.endpoint.value, default_port);
@@ -602,16 +520,5 @@ void require_complete_topology(const DetectedTopology& t) {
   throw UsageError(message);
 }
 
-std::vector<std::string> expand_slurm_nodelist(const std::string& nodelist) {
-  std::vector<std::string> hosts;
-  for (const auto& pattern : split_host_patterns(nodelist)) {
-    auto expanded = expand_host_pattern(pattern, nodelist);
-    if (hosts.size() + expanded.size() > kMaxNodes) {
-      malformed_nodelist(nodelist, fmt::format("more than {} nodes", kMaxNodes), pattern);
-    }
-    hosts.insert(hosts.end(), expanded.begin(), expanded.end());
-  }
-  return hosts;
-}
 
 }  // namespace ddp

@@ -1,4 +1,4 @@
-#include "cli/launch_plan.h"
+#include "topology/launch_plan.h"
 
 #include <fmt/format.h>
 #include <unistd.h>
@@ -6,12 +6,15 @@
 #include <algorithm>
 #include <cctype>
 #include <cstdlib>
+#include <ctime>
 #include <random>
 #include <sstream>
 
-#include "cli/host_resources.h"
-#include "cli/ports.h"
-#include "cli/scheduler_detect.h"
+#include "cli/torchrun_only_options.h"
+#include "process/stop_signals.h"
+#include "topology/host_resources.h"
+#include "topology/ports.h"
+#include "topology/scheduler_detect.h"
 #include "cli/program_command.h"
 #include "cli/usage_error.h"
 
@@ -36,22 +39,6 @@ std::pair<int, std::string> resolve_nproc(const std::string& spec, const GetEnv&
   return {n, "--nproc-per-node"};
 }
 
-// torchrun takes N or MIN:MAX; elastic ranges are not supported, so MIN must equal MAX.
-int resolve_nnodes(const std::string& spec) {
-  const auto colon = spec.find(':');
-  int min = 0;
-  int max = 0;
-  bool ok = false;
-  if (colon == std::string::npos) {
-    ok = parse_int(spec, min);
-    max = min;
-  } else {
-    ok = parse_int(spec.substr(0, colon), min) && parse_int(spec.substr(colon + 1), max);
-  }
-  if (!ok || min == 0 || max < min) throw UsageError(fmt::format("--nnodes must be N or MIN:MAX; got '{}'", spec));
-  if (min != max) throw UsageError(fmt::format("--nnodes={}: elastic ranges are not supported; give one number", spec));
-  return min;
-}
 
 Duration seconds_value(const std::string& key, const std::string& value) {
   char* end = nullptr;
@@ -74,6 +61,8 @@ void apply_rdzv_conf(const std::string& conf, LaunchPlan& plan) {
     const std::string value = item.substr(eq + 1);
     if (key == "join_timeout" || key == "timeout") {
       plan.join_timeout = seconds_value(key, value);
+    } else if (key == "last_call_timeout") {
+      plan.last_call_timeout = seconds_value(key, value);
     } else if (key == "node_timeout") {
       plan.node_timeout = seconds_value(key, value);
     } else if (key == "heartbeat_interval") {
@@ -83,10 +72,11 @@ void apply_rdzv_conf(const std::string& conf, LaunchPlan& plan) {
         throw UsageError(fmt::format("--rdzv-conf is_host={}: not true or false", value));
       }
       plan.is_host = value == "true" || value == "1";
-    } else if (key != "last_call_timeout" && key != "close_timeout" && key != "read_timeout" &&
-               key != "keep_alive_interval" && key != "keep_alive_max_attempt") {
-      throw UsageError(fmt::format(
-          "--rdzv-conf: unknown key '{}' (known: join_timeout, node_timeout, heartbeat_interval)", key));
+    } else if (key != "close_timeout" && key != "read_timeout" && key != "keep_alive_interval" &&
+               key != "keep_alive_max_attempt" && key != "use_libuv" && key != "store_type" && key != "rank") {
+      throw UsageError(fmt::format("--rdzv-conf: unknown key '{}' (known: join_timeout, last_call_timeout, "
+                                   "node_timeout, heartbeat_interval, is_host)",
+                                   key));
     }
   }
 }
@@ -100,7 +90,11 @@ std::string random_hex(size_t bytes) {
 
 void resolve_topology(const LaunchOptions& o, const GetEnv& getenv, LaunchPlan& plan) {
   TopologyFlags flags;
-  if (!o.nnodes.empty()) flags.nnodes = resolve_nnodes(o.nnodes);
+  if (!o.nnodes.empty()) {
+    const NodeCount count = parse_node_count(o.nnodes, "--nnodes");
+    flags.nnodes = count.max;
+    if (count.min != count.max) flags.min_nnodes = count.min;
+  }
   if (o.node_rank >= 0) flags.node_rank = o.node_rank;
   if (!o.rdzv_endpoint.empty()) flags.rdzv_endpoint = o.rdzv_endpoint;
   if (!o.run_id.empty()) flags.rdzv_id = o.run_id;
@@ -109,6 +103,7 @@ void resolve_topology(const LaunchOptions& o, const GetEnv& getenv, LaunchPlan& 
   plan.topology_source = topo.source;
   plan.topology_notes = topo.notes;
   plan.nnodes = topo.nnodes.value_or(1);
+  plan.min_nnodes = topo.min_nnodes.value_or(plan.nnodes);
   plan.node_rank = topo.node_rank.value_or(plan.nnodes == 1 ? 0 : -1);
   if (topo.job_id) plan.job_id = *topo.job_id;
   if (plan.nnodes == 1) return;  // the coordinator stays on loopback
@@ -127,6 +122,57 @@ void resolve_topology(const LaunchOptions& o, const GetEnv& getenv, LaunchPlan& 
 std::string generate_job_id() {
   std::random_device rd;
   return fmt::format("ddp-{}-{:06x}", static_cast<long>(::time(nullptr)), rd() & 0xffffff);
+}
+
+// torchrun's default run id: nodes started by hand with the same command line
+// agree on it without being told.
+constexpr const char* kDefaultMultiNodeJobId = "none";
+
+// The job id when nobody gave one. A single node needs to agree with nobody,
+// so it gets a fresh id; several nodes need the same one, so they get
+// torchrun's default, and only the log folder is made unique.
+void default_job_id(LaunchPlan& plan) {
+  if (!plan.job_id.empty()) return;
+  if (plan.nnodes == 1) {
+    plan.job_id = generate_job_id();
+    return;
+  }
+  plan.job_id = kDefaultMultiNodeJobId;
+  plan.job_id_defaulted = true;
+}
+
+std::string log_folder_name(const LaunchPlan& plan) {
+  if (!plan.job_id_defaulted) return plan.job_id;
+  char stamp[32];
+  const std::time_t now = ::time(nullptr);
+  std::tm local{};
+  localtime_r(&now, &local);
+  std::strftime(stamp, sizeof stamp, "%Y%m%d-%H%M%S", &local);
+  return fmt::format("{}-{}-{}", plan.job_id, stamp, random_hex(3));
+}
+
+// -m, .py under python3, --run-path, --no-python (torchrun's rules), and
+// where --legacy-local-rank-arg puts "--local_rank=N": right after the program.
+void resolve_program(const LaunchOptions& o, const GetEnv& getenv, LaunchPlan& plan) {
+  plan.program = o.command.front();
+  plan.argv = resolve_command({o.command, o.module, o.no_python, getenv("PYTHON_EXEC"), getenv("PATH"), o.run_path});
+  if (o.legacy_local_rank_arg) {
+    plan.local_rank_arg_at = static_cast<int>(plan.argv.size() - (o.command.size() - 1));
+  }
+  plan.virtual_local_rank = o.virtual_local_rank;
+}
+
+// torchrun's console and log-file options beyond --tee and --redirects.
+void resolve_output(const LaunchOptions& o, const GetEnv& getenv, LaunchPlan& plan) {
+  plan.log_line_prefix_template = !o.log_line_prefix_template.empty()
+                                      ? o.log_line_prefix_template
+                                      : getenv("TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE").value_or("");
+  plan.duplicate_stdout_filters = parse_duplicate_filters(o.duplicate_stdout_filters);
+  plan.duplicate_stderr_filters = parse_duplicate_filters(o.duplicate_stderr_filters);
+  std::string why;
+  const auto signals = parse_signal_list(o.signals_to_handle, why);
+  if (!signals) throw UsageError(fmt::format("--signals-to-handle '{}': {}", o.signals_to_handle, why));
+  plan.stop_signals = *signals;
 }
 
 }  // namespace
@@ -149,7 +195,9 @@ LaunchPlan resolve_launch_plan(const LaunchOptions& o, const GetEnv& getenv) {
   if (plan.tls_cert.empty() != plan.tls_key.empty()) throw UsageError("--tls-cert and --tls-key go together");
   plan.local_addr = o.local_addr;
 
-  plan.argv = resolve_command({o.command, o.module, o.no_python, getenv("PYTHON_EXEC"), getenv("PATH")});
+  resolve_program(o, getenv, plan);
+  resolve_output(o, getenv, plan);
+  plan.option_notes = check_torchrun_only_options(o, visible_cuda_devices(getenv("CUDA_VISIBLE_DEVICES")));
 
   plan.redirects = StreamSelection::parse("redirects", o.redirects, plan.nproc);
   StreamSelection::parse("tee", o.tee, plan.nproc);  // checked only: every stream reaches its file anyway
@@ -186,7 +234,7 @@ LaunchPlan resolve_launch_plan(const LaunchOptions& o, const GetEnv& getenv) {
     plan.master_port = o.master_port;
   }
 
-  if (plan.job_id.empty()) plan.job_id = generate_job_id();
+  default_job_id(plan);
   plan.token = !o.token.empty() ? o.token : getenv("DDPLAUNCH_TOKEN").value_or("");
   if (plan.token.empty()) {
     // Single node: a fresh secret nobody else needs. Multi-node: every agent
@@ -201,7 +249,7 @@ LaunchPlan resolve_launch_plan(const LaunchOptions& o, const GetEnv& getenv) {
   const std::filesystem::path log_dir =
       !o.log_dir.empty() ? std::filesystem::path(o.log_dir)
                          : std::filesystem::path(getenv("TMPDIR").value_or("/tmp")) / "ddplaunch-logs";
-  plan.job_log_dir = log_dir / plan.job_id;
+  plan.job_log_dir = log_dir / log_folder_name(plan);
   return plan;
 }
 

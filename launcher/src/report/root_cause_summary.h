@@ -1,0 +1,37 @@
+#pragma once
+// The closing failure summary in the shape torchrun users know from its
+// ChildFailedError: a block naming the program, the other failures and the
+// root cause (time, host, rank, local_rank, exitcode, error_file,
+// traceback). ddplaunch prints it at the end of a failed job, after its own
+// report lines, so scripts and eyes trained on torchrun's output find it.
+// Pure.
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "ddp/common/clock.h"
+
+namespace ddp {
+
+/// One failed worker as the summary shows it.
+struct RankFailure {
+  WallTime time{};
+  std::string host;
+  int rank = 0;
+  int local_rank = 0;
+  int pid = 0;
+  int exit_code = 0;  // the exit code; with signal set, torchrun shows -signal
+  int signal = 0;
+  std::string error_file;  // the worker's TORCHELASTIC_ERROR_FILE, "" when it wrote none
+  std::optional<nlohmann::json> error_file_contents;
+};
+
+/// program: PROGRAM as the user gave it. others: the other workers that
+/// failed on their own in the same attempt.
+std::string format_root_cause_summary(const std::string& program, const RankFailure& root,
+                                      const std::vector<RankFailure>& others);
+
+}  // namespace ddp
