@@ -144,6 +144,35 @@ PY
   if [[ $rc -eq 0 && "$diag" == "rank 0 init complete"* ]]; then row "ddptrain nccl + diagnose" ok "$diag"; else row "ddptrain nccl + diagnose" FAIL "exit $rc; $diag"; overall=1; fi
 fi
 
+# ---- --numa-binding=node on the real GPU (issue 15) ---------------------------
+if [[ $built -eq 1 ]]; then
+  echo "== ddplaunch --numa-binding=node --nproc-per-node=1: the worker's CPUs against its GPU's NUMA node"
+  bus=$(ls /proc/driver/nvidia/gpus 2>/dev/null | sort | head -1 | tr 'A-Z' 'a-z')
+  node=$(cat "/sys/bus/pci/devices/$bus/numa_node" 2>/dev/null || echo -1)
+  (( node < 0 )) && node=0
+  want=$(cat "/sys/devices/system/node/node$node/cpulist" 2>/dev/null || echo "?")
+  got=$(CUDA_VISIBLE_DEVICES=0 "$build/launcher/ddplaunch" --numa-binding=node --nproc-per-node=1 --no-python \
+        --log-dir "$logs/numa-job" sh -c 'grep Cpus_allowed_list /proc/self/status' 2>"$logs/numa.log" | sed 's/.*:\s*//')
+  # The worker's CPUs must lie within the node's (fewer when ddplaunch itself may not use them all).
+  within=$("$python" - "$got" "$want" <<'PY'
+import sys
+def cpus(text):
+    out = set()
+    for part in filter(None, text.strip().split(",")):
+        lo, _, hi = part.partition("-")
+        out.update(range(int(lo), int(hi or lo) + 1))
+    return out
+try:
+    got, want = cpus(sys.argv[1]), cpus(sys.argv[2])
+    print("yes" if got and got <= want else "no")
+except ValueError:
+    print("no")
+PY
+)
+  if [[ "$within" == yes ]]; then row "numa-binding=node" ok "GPU $bus, NUMA node $node ($want): worker CPUs $got"
+  else row "numa-binding=node" FAIL "worker CPUs '$got', node $node has '$want'; see $logs/numa.log"; overall=1; fi
+fi
+
 # ---- NCCL all-reduce benchmark under ddplaunch --------------------------------
 if [[ $built -eq 1 ]]; then
   echo "== ddplaunch --nproc-per-node=1 ddpbench allreduce --backend nccl --sizes $sizes"

@@ -29,7 +29,7 @@ class SupervisorTest : public ::testing::Test {
     config.plan_attempt = [nproc](int attempt) {
       std::vector<WorkerSpec> specs;
       for (int r = 0; r < nproc; ++r) {
-        specs.push_back({r, r, {{"worker"}, {"TORCHELASTIC_RESTART_COUNT=" + std::to_string(attempt)}}});
+        specs.push_back({r, r, {{"worker"}, {"TORCHELASTIC_RESTART_COUNT=" + std::to_string(attempt)}, {}}});
       }
       return specs;
     };
@@ -182,7 +182,7 @@ TEST_F(SupervisorTest, ForkFailureCountsAsThatRankFailing) {
   } failing(spawner);
   SupervisorConfig config;
   config.plan_attempt = [](int) {
-    return std::vector<WorkerSpec>{{0, 0, {{"w"}, {}}}, {1, 1, {{"w"}, {}}}, {2, 2, {{"w"}, {}}}};
+    return std::vector<WorkerSpec>{{0, 0, {{"w"}, {}, {}}}, {1, 1, {{"w"}, {}, {}}}, {2, 2, {{"w"}, {}, {}}}};
   };
   LocalArbiter no_restarts(0);
   Supervisor s(std::move(config), spawner, clock, failing, no_restarts);
@@ -204,7 +204,7 @@ TEST_F(SupervisorTest, StopAttemptTearsDownWithoutARootCauseAndAsksTheArbiter) {
     std::vector<AttemptSummary> seen;
   } recording;
   SupervisorConfig config;
-  config.plan_attempt = [](int) { return std::vector<WorkerSpec>{{0, 0, {{"w"}, {}}}, {1, 1, {{"w"}, {}}}}; };
+  config.plan_attempt = [](int) { return std::vector<WorkerSpec>{{0, 0, {{"w"}, {}, {}}}, {1, 1, {{"w"}, {}, {}}}}; };
   Supervisor s(std::move(config), spawner, clock, listener, recording);
   s.start();
   s.stop_attempt();

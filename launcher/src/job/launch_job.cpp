@@ -24,6 +24,7 @@
 #include "job/worker_env.h"
 #include "net/host_port.h"
 #include "net/host_name.h"
+#include "numa/cpu_list.h"
 #include "output/line_prefix.h"
 #include "output/output_router.h"
 #include "process/posix_spawner.h"
@@ -108,7 +109,13 @@ std::vector<WorkerSpec> plan_workers(const LaunchPlan& plan, const Assignment& l
     id.node_defaults = node_defaults;
     id.nccl_debug_file = (dir / "nccl.log").string();
     id.virtual_local_rank = plan.virtual_local_rank;
-    specs.push_back({local_rank, rank, {worker_argv(plan, local_rank), build_worker_env(base_env, id)}});
+    std::vector<int> cpus;
+    if (!plan.rank_cpus.empty()) {
+      const auto& own = plan.rank_cpus[static_cast<size_t>(local_rank)];
+      cpus.assign(own.begin(), own.end());
+    }
+    specs.push_back(
+        {local_rank, rank, {worker_argv(plan, local_rank), build_worker_env(base_env, id), std::move(cpus)}});
   }
   record_nccl_env(plan, layout, attempt, specs);
   return specs;
@@ -399,6 +406,10 @@ int run_launch(const LaunchPlan& plan, OrphanSentinel* sentinel) {
                  plan.min_nnodes);
   }
   for (const auto& note : plan.option_notes) spdlog::debug("{}", note);
+  for (size_t r = 0; r < plan.rank_cpus.size(); ++r) {
+    spdlog::info("  --numa-binding={}: local rank {} runs on CPUs {}", plan.numa_binding, r,
+                 format_cpu_list(plan.rank_cpus[r]));
+  }
   if (plan.token_generated && plan.nnodes > 1) {
     const std::string where = format_host_port(plan.rdzv_host, plan.rdzv_port);
     if (plan.job_id_defaulted) {

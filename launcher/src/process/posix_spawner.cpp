@@ -1,6 +1,7 @@
 #include "process/posix_spawner.h"
 
 #include <fcntl.h>
+#include <sched.h>
 #include <signal.h>
 #include <sys/prctl.h>
 #include <unistd.h>
@@ -31,7 +32,7 @@ void write_all(int fd, const char* text) {
 }
 
 // Runs in the forked child: only async-signal-safe calls from here on.
-[[noreturn]] void exec_child(pid_t parent, int out_fd, int err_fd, char** argv, char** envp) {
+[[noreturn]] void exec_child(pid_t parent, int out_fd, int err_fd, char** argv, char** envp, const cpu_set_t* cpus) {
   setpgid(0, 0);
   prctl(PR_SET_PDEATHSIG, SIGKILL);
   if (getppid() != parent) _exit(127);  // the parent died before prctl took hold
@@ -42,6 +43,14 @@ void write_all(int fd, const char* text) {
   sigemptyset(&none);
   sigprocmask(SIG_SETMASK, &none, nullptr);
   for (int s : {SIGPIPE, SIGINT, SIGTERM, SIGHUP, SIGCHLD}) signal(s, SIG_DFL);
+
+  if (cpus != nullptr && sched_setaffinity(0, sizeof *cpus, cpus) != 0) {
+    const int err = errno;
+    write_all(err_fd, "ddplaunch: cannot bind to the CPUs of --numa-binding: ");
+    write_all(err_fd, strerror(err));
+    write_all(err_fd, "\n");
+    _exit(127);
+  }
 
   const int devnull = open("/dev/null", O_RDONLY);
   if (devnull >= 0) dup2(devnull, STDIN_FILENO);
@@ -74,9 +83,16 @@ SpawnedProcess PosixSpawner::spawn(const SpawnRequest& request) {
   auto argv = to_c_array(request.argv);
   auto envp = to_c_array(request.env);
   const pid_t parent = getpid();
+  cpu_set_t cpus;
+  CPU_ZERO(&cpus);
+  for (const int cpu : request.cpus) {
+    if (cpu >= 0 && cpu < CPU_SETSIZE) CPU_SET(cpu, &cpus);
+  }
 
   const pid_t pid = fork();
-  if (pid == 0) exec_child(parent, out_pipe[1], err_pipe[1], argv.data(), envp.data());
+  if (pid == 0) {
+    exec_child(parent, out_pipe[1], err_pipe[1], argv.data(), envp.data(), request.cpus.empty() ? nullptr : &cpus);
+  }
   const int fork_errno = errno;
   close(out_pipe[1]);
   close(err_pipe[1]);

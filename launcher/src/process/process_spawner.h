@@ -14,6 +14,7 @@ namespace ddp {
 struct SpawnRequest {
   std::vector<std::string> argv;  // argv[0] is a path or a name looked up in PATH
   std::vector<std::string> env;   // complete environment, "NAME=value"
+  std::vector<int> cpus;          // CPU affinity (--numa-binding); empty: inherited
 };
 
 /// A started process. The read ends of its stdout/stderr pipes belong to the

@@ -11,6 +11,8 @@
 #include <sstream>
 
 #include "cli/torchrun_only_options.h"
+#include "numa/machine_topology.h"
+#include "numa/numa_binding.h"
 #include "process/stop_signals.h"
 #include "topology/host_resources.h"
 #include "topology/ports.h"
@@ -162,6 +164,20 @@ void resolve_program(const LaunchOptions& o, const GetEnv& getenv, LaunchPlan& p
   plan.virtual_local_rank = o.virtual_local_rank;
 }
 
+// --numa-binding: each local rank's CPUs, worked out now so that a machine that
+// cannot honour it refuses the launch before anything starts.
+void resolve_numa_binding(const LaunchOptions& o, const GetEnv& getenv, LaunchPlan& plan) {
+  if (o.numa_binding.empty()) return;
+  try {
+    const MachineTopology machine = read_machine_topology(allowed_cpus());
+    const std::vector<int> visible = visible_gpus(machine, getenv("CUDA_VISIBLE_DEVICES"));
+    plan.rank_cpus = numa_cpus_per_local_rank(*parse_numa_mode(o.numa_binding), machine, visible, plan.nproc);
+    plan.numa_binding = o.numa_binding;
+  } catch (const NumaBindingError& e) {
+    throw UsageError(e.what());
+  }
+}
+
 // torchrun's console and log-file options beyond --tee and --redirects.
 void resolve_output(const LaunchOptions& o, const GetEnv& getenv, LaunchPlan& plan) {
   plan.log_line_prefix_template = !o.log_line_prefix_template.empty()
@@ -198,6 +214,7 @@ LaunchPlan resolve_launch_plan(const LaunchOptions& o, const GetEnv& getenv) {
   resolve_program(o, getenv, plan);
   resolve_output(o, getenv, plan);
   plan.option_notes = check_torchrun_only_options(o, visible_cuda_devices(getenv("CUDA_VISIBLE_DEVICES")));
+  resolve_numa_binding(o, getenv, plan);
 
   plan.redirects = StreamSelection::parse("redirects", o.redirects, plan.nproc);
   StreamSelection::parse("tee", o.tee, plan.nproc);  // checked only: every stream reaches its file anyway

@@ -65,6 +65,9 @@ struct LaunchPlan {
   /// program, before its arguments); -1: not passed.
   int local_rank_arg_at = -1;
   bool virtual_local_rank = false;
+  /// --numa-binding: the CPUs of each local rank (empty: no binding).
+  std::string numa_binding;
+  std::vector<std::set<int>> rank_cpus;
   /// The signals that stop the job (--signals-to-handle).
   std::vector<int> stop_signals;
   /// Why some torchrun options change nothing here, for the debug log.
