@@ -211,7 +211,8 @@ class TorchrunParityTest(TorchrunParityCase):
                                  env_extra={"GLOO_SOCKET_IFNAME": "lo"})
             self.assertEqual(r.returncode, 0, r.stderr[-3000:])
             ours = sorted(line for lines in res.out_by_rank().values() for line in lines)
-            theirs = sorted(l for l in r.stdout.splitlines() if l.startswith("rank "))
+            # torchrun's workers share one pipe, so their lines may run into each other
+            theirs = sorted(re.findall(r"rank \d+ world \d+ init \w+ sum \S+ elastic (?:True|False)", r.stdout))
             self.assertEqual(ours, [f"rank {k} world 2 init {method} sum 1 elastic True" for k in (0, 1)])
             self.assertEqual(ours, theirs)
         self.assert_no_leftovers()
@@ -407,12 +408,13 @@ class HandStartedNodesTest(MultiNodeTestCase):
 class HandStartedNodesNetnsTest(NetnsTestCase):
     """The same, each node in its own network namespace."""
 
-    def test_two_namespaces_without_rdzv_id_meet(self):
+    def meet(self, explicit_ranks):
         nnodes, nproc = 2, 2
         launches = []
         for k in range(nnodes):
-            args = [f"--nnodes={nnodes}", f"--nproc-per-node={nproc}", f"--rdzv-endpoint={self.endpoint()}",
-                    f"--node-rank={k}", PROBE, str(self.outdir)]
+            args = [f"--nnodes={nnodes}", f"--nproc-per-node={nproc}", f"--rdzv-endpoint={self.endpoint()}"]
+            args += [f"--node-rank={k}"] if explicit_ranks else []
+            args += [PROBE, str(self.outdir)]
             launches.append(self.start(None, env=self.mn_env(),
                                        raw_cmd=self.wrap(k) + self.command(args, job_id=False)))
         results = self.finish_all(launches, timeout=30)
@@ -420,8 +422,19 @@ class HandStartedNodesNetnsTest(NetnsTestCase):
         for res in results:
             self.assertEqual(res.rc, 0, desc)
         dumps = self.read_probes(nnodes * nproc)
-        self.check_layout(dumps, nnodes, nproc, job_id="none")
-        self.check_console(results, nproc)
+        nodes = self.check_layout(dumps, nnodes, nproc, job_id="none")
+        return nodes, results, dumps
+
+    def test_two_namespaces_with_node_ranks_and_without_rdzv_id_meet(self):
+        _, results, _ = self.meet(explicit_ranks=True)
+        self.check_console(results, 2)
+        self.assert_no_leftovers()
+
+    def test_two_namespaces_without_node_ranks_or_rdzv_id_meet(self):
+        # ranks in arrival order: either namespace may be node 0; one job, one MASTER_ADDR
+        nodes, _, dumps = self.meet(explicit_ranks=False)
+        self.assertEqual(sorted(nodes), [0, 1])
+        self.assertIn(dumps[0]["env"]["MASTER_ADDR"], self.addr)
         self.assert_no_leftovers()
 
 

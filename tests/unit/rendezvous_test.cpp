@@ -436,6 +436,9 @@ TEST_F(RendezvousTest, ElasticFormsWithTheNodesPresentOnceTheLastCallPassesWitho
   join(rdzv, params(rdzv, "c"), 60s, 12s);                   // a newcomer: last call at 22 s
   EXPECT_FALSE(rdzv.close_last_call(start + 21s, fired));
   EXPECT_TRUE(fired.empty());
+  EXPECT_EQ(rdzv.waiting_summary(start + 20s).value_or(""),
+            "3 of 2:4 node(s) joined generation 0 (hosts: a, b, c); MIN reached: the world forms with the nodes "
+            "present in 2 s unless another joins");
   EXPECT_TRUE(rdzv.close_last_call(start + 22s, fired));
   EXPECT_TRUE(rdzv.complete());
   EXPECT_EQ(rdzv.nnodes(), 3);

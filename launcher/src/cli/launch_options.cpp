@@ -19,7 +19,7 @@ std::string spellings(const std::string& dashed) {
   for (char& c : underscored) {
     if (c == '-') c = '_';
   }
-  return "--" + dashed + ",--" + underscored;
+  return underscored == dashed ? "--" + dashed : "--" + dashed + ",--" + underscored;
 }
 
 std::string env_name(const std::string& dashed) {

@@ -370,7 +370,7 @@ Status CoordinatorJob::nccl_id(int64_t generation, const std::string& comm_key, 
 
 void CoordinatorJob::report_waiting_joins(SteadyTime now) {
   constexpr auto kEvery = std::chrono::seconds(5);
-  const std::optional<std::string> waiting = rendezvous_.waiting_summary();
+  const std::optional<std::string> waiting = rendezvous_.waiting_summary(now);
   if (!waiting) {
     next_rendezvous_report_.reset();
   } else if (!next_rendezvous_report_) {

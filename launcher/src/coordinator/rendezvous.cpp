@@ -150,7 +150,7 @@ void Rendezvous::abort(const Status& status, FiredJoins& fired) {
   rank_taken_.assign(static_cast<size_t>(max_nnodes_), false);
 }
 
-std::optional<std::string> Rendezvous::waiting_summary() const {
+std::optional<std::string> Rendezvous::waiting_summary(SteadyTime now) const {
   if (complete_ || pending_.empty()) return std::nullopt;
   constexpr size_t kNamed = 8;  // a line, not a list of thousands
   std::vector<std::string> hosts;
@@ -164,6 +164,11 @@ std::optional<std::string> Rendezvous::waiting_summary() const {
   }
   // Only when every joined agent asked for its rank are the free ranks
   // exactly the missing nodes; an auto-ranked agent holds no rank yet.
+  if (last_call_at_) {
+    const double left = std::max(0.0, std::chrono::duration<double>(*last_call_at_ - now).count());
+    line += fmt::format("; MIN reached: the world forms with the nodes present in {:.0f} s unless another joins",
+                        left);
+  }
   if (!elastic() && untaken.size() == static_cast<size_t>(max_nnodes_) - pending_.size()) {
     const bool more = untaken.size() > kNamed;
     untaken.resize(std::min(untaken.size(), kNamed));

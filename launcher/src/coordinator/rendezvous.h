@@ -90,8 +90,8 @@ class Rendezvous {
 
   /// While agents wait for the rest of the world: who joined and, when the
   /// joined agents all asked for their ranks, which node ranks are missing.
-  /// Empty when nobody waits.
-  std::optional<std::string> waiting_summary() const;
+  /// Empty when nobody waits. now: for an elastic job's last call.
+  std::optional<std::string> waiting_summary(SteadyTime now = {}) const;
 
   /// The hosts of the formed world, by node rank.
   const std::vector<std::string>& hosts() const { return hosts_by_rank_; }

@@ -30,6 +30,10 @@ std::pair<int, std::string> resolve_nproc(const std::string& spec, const GetEnv&
     const int cpus = usable_cpus();
     return {cpus, fmt::format("{}: no CUDA device visible, one worker per CPU ({})", spec, cpus)};
   }
+  if (spec == "xpu") {
+    throw UsageError("--nproc-per-node=xpu: ddplaunch counts NVIDIA GPUs (gpu) and CPUs (cpu); give the number of "
+                     "XPUs instead");
+  }
   if (spec == "cpu") {
     const int cpus = usable_cpus();
     return {cpus, fmt::format("cpu: {} usable CPU(s)", cpus)};
