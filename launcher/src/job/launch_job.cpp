@@ -147,7 +147,7 @@ NodeDefaults worker_defaults_of_this_node(const std::vector<std::string>& base_e
 class JobListener final : public SupervisorListener {
  public:
   JobListener(const LaunchPlan& plan, OutputRouter& router, EventLoop& loop)
-      : plan_(plan), router_(router), loop_(loop), oom_(OomProbe::for_current_process()) {}
+      : plan_(plan), router_(router), loop_(loop), oom_(OomProbe::for_current_process()), host_(this_host_name()) {}
 
   void on_attempt_started(int attempt) override {
     attempt_ = attempt;
@@ -219,7 +219,7 @@ class JobListener final : public SupervisorListener {
   RankFailure rank_failure(int attempt, const WorkerRecord& w) const {
     RankFailure f;
     f.time = w.exit_time;
-    f.host = this_host_name();
+    f.host = host_;
     f.rank = w.rank;
     f.local_rank = w.local_rank;
     f.pid = w.pid;
@@ -254,7 +254,7 @@ class JobListener final : public SupervisorListener {
     StreamRoute r{worker.rank, worker.local_rank, kind, to_console, open_log(file), std::nullopt};
     if (!plan_.log_line_prefix_template.empty()) {
       r.prefix = expand_line_prefix(plan_.log_line_prefix_template,
-                                    {worker.rank, worker.local_rank, plan_.role, this_host_name()});
+                                    {worker.rank, worker.local_rank, plan_.role, host_});
     }
     router_.add(pipe_fd, r);
     loop_.watch_output(pipe_fd);
@@ -275,6 +275,7 @@ class JobListener final : public SupervisorListener {
   nlohmann::json failures_ = nlohmann::json::array();
   std::string stop_report_;
   std::string closing_summary_;
+  const std::string host_;  // this machine's name, for prefixes and the root-cause block
   int attempt_ = 0;  // the attempt now running
   int node_rank_ = 0;
 };
