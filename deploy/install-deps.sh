@@ -11,8 +11,9 @@ packages=(
   libcli11-dev libspdlog-dev libfmt-dev nlohmann-json3-dev
   # coordinator protocol
   libgrpc++-dev libprotobuf-dev protobuf-compiler protobuf-compiler-grpc
-  # worker runtime: LibTorch, Gloo, a fast BLAS (the reference BLAS is ~16x slower)
-  libtorch-dev libgloo-dev libopenblas0-pthread
+  # worker runtime: LibTorch, Gloo, a fast BLAS (the reference BLAS is ~16x slower),
+  # libdw to symbolize the thread stacks of a hung worker (function, file:line)
+  libtorch-dev libgloo-dev libopenblas0-pthread libdw-dev
   # tests and benchmarks: GoogleTest, PyTorch as the peer, process tools
   libgtest-dev libgmock-dev python3 python3-torch procps iproute2 util-linux
 )

@@ -12,6 +12,7 @@
 #include "cli/launch_options.h"
 #include "topology/launch_plan.h"
 #include "cli/serve_command.h"
+#include "cli/stacks_command.h"
 #include "cli/status_command.h"
 #include "cli/usage_error.h"
 #include "ddp/common/logging.h"
@@ -55,6 +56,7 @@ int main(int argc, char** argv) {
   // A program named like a subcommand can still be run as ./serve.
   if (argc > 1 && std::string(argv[1]) == "serve") return run_serve_command(argc - 1, argv + 1);
   if (argc > 1 && std::string(argv[1]) == "status") return run_status_command(argc - 1, argv + 1);
+  if (argc > 1 && std::string(argv[1]) == "stacks") return run_stacks_command(argc - 1, argv + 1);
   if (argc > 1 && std::string(argv[1]) == "diagnose") return run_diagnose_command(argc - 1, argv + 1);
   if (argc > 1 && std::string(argv[1]) == "doctor") return run_doctor_command(argc - 1, argv + 1);
 

@@ -112,6 +112,32 @@ class AgentStore final : public Store {
   int64_t generation_;
 };
 
+// The threads that answered go out with their frames, named by their bare
+// comm, which is the same on every rank (the launcher groups ranks by
+// identical stacks; the tids are in stacks.log). Those that did not answer
+// are named in the note.
+void add_stacks(int rank, const ProcessStacks& in, pb::RankStacks& out) {
+  out.set_rank(rank);
+  out.set_language("c++");
+  std::string silent;
+  for (const ThreadStackInfo& t : in.threads) {
+    if (!t.answered) {
+      silent += fmt::format("{}{} (tid {}): {}", silent.empty() ? "" : "; ", t.name, t.tid, t.note);
+      continue;
+    }
+    pb::ThreadStack* thread = out.add_threads();
+    thread->set_name(t.name);
+    thread->set_main(t.main);
+    for (const StackFrameInfo& f : t.frames) {
+      pb::StackFrame* frame = thread->add_frames();
+      frame->set_function(f.function);
+      frame->set_file(f.file);
+      frame->set_line(f.line);
+    }
+  }
+  if (!silent.empty()) out.set_note("no stack from " + silent);
+}
+
 }  // namespace
 
 AgentConnection::AgentConnection(const std::string& socket_path, std::string job_id, std::string token)
@@ -186,6 +212,7 @@ bool AgentConnection::send_heartbeat(const WorkerHeartbeatData& hb, Duration tim
     c->set_state(to_string(r.state));
     c->set_age_ms(std::chrono::duration_cast<std::chrono::milliseconds>(now - r.enqueued).count());
   }
+  if (hb.stacks) add_stacks(hb.rank, *hb.stacks, *req.mutable_stacks());
   pb::WorkerHeartbeatReply reply;
   grpc::ClientContext ctx;
   set_deadline(ctx, timeout);

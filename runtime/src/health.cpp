@@ -1,18 +1,17 @@
 #include "ddp/runtime/health.h"
 
-#include <dirent.h>
 #include <fcntl.h>
-#include <execinfo.h>
-#include <signal.h>
-#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
-#include <cstring>
+#include <ctime>
 #include <mutex>
 #include <string>
+
+#include "stack_symbolizer.h"
+#include "thread_stacks.h"
 
 namespace ddp {
 namespace {
@@ -21,14 +20,6 @@ int64_t now_ns() {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
       .count();
 }
-
-// One thread writes its stack at a time, so the dump is not interleaved.
-std::atomic_flag g_dump_lock = ATOMIC_FLAG_INIT;
-// Where the stacks go: the rank's log directory's stacks.log under ddplaunch
-// (kept open: threads write to it whenever their signal arrives), else stderr.
-std::atomic<int> g_dump_fd{STDERR_FILENO};
-
-int stack_signal() { return SIGRTMIN + 5; }
 
 void write_all(int fd, const char* text, size_t n) {
   while (n > 0) {
@@ -39,43 +30,32 @@ void write_all(int fd, const char* text, size_t n) {
   }
 }
 
-// backtrace() is not formally async-signal-safe, but it is what every
-// in-process stack dumper uses (glibc loads libgcc before, in install()).
-void on_stack_signal(int) {
-  const int saved = errno;
-  while (g_dump_lock.test_and_set(std::memory_order_acquire)) {
-  }
-  char header[64];
-  const int n = std::snprintf(header, sizeof header, "---- thread %ld ----\n", static_cast<long>(syscall(SYS_gettid)));
-  const int fd = g_dump_fd.load();
-  write_all(fd, header, static_cast<size_t>(n));
-  void* frames[64];
-  const int depth = backtrace(frames, 64);
-  backtrace_symbols_fd(frames, depth, fd);
-  g_dump_lock.clear(std::memory_order_release);
-  errno = saved;
+// Where the stacks go: the rank's log directory's stacks.log under ddplaunch
+// (opened on the first dump, kept open, appended to), else stderr.
+int stacks_log_fd() {
+  static std::once_flag once;
+  static int fd = STDERR_FILENO;
+  std::call_once(once, [] {
+    const char* dir = std::getenv("DDPLAUNCH_RANK_LOG_DIR");
+    if (dir == nullptr || *dir == '\0') return;
+    const std::string path = std::string(dir) + "/stacks.log";
+    const int opened = open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+    if (opened < 0) return;
+    fd = opened;
+    const std::string note = "ddp: every thread's stack goes to " + path + " (asked by ddplaunch)\n";
+    write_all(STDERR_FILENO, note.c_str(), note.size());
+  });
+  return fd;
 }
 
-void install() {
-  static std::once_flag once;
-  std::call_once(once, [] {
-    void* warm[1];
-    backtrace(warm, 1);  // loads the unwinder now, not inside the handler
-    struct sigaction sa {};
-    sa.sa_handler = on_stack_signal;
-    sa.sa_flags = SA_RESTART;
-    sigemptyset(&sa.sa_mask);
-    sigaction(stack_signal(), &sa, nullptr);
-    if (const char* dir = std::getenv("DDPLAUNCH_RANK_LOG_DIR"); dir != nullptr && *dir != '\0') {
-      const std::string path = std::string(dir) + "/stacks.log";
-      const int fd = open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
-      if (fd >= 0) {
-        g_dump_fd = fd;
-        const std::string note = "ddp: every thread's stack goes to " + path + " (asked by ddplaunch)\n";
-        write_all(STDERR_FILENO, note.c_str(), note.size());
-      }
-    }
-  });
+std::string utc_time(int64_t unix_ms) {
+  const std::time_t seconds = static_cast<std::time_t>(unix_ms / 1000);
+  std::tm tm{};
+  gmtime_r(&seconds, &tm);
+  char text[64];
+  const size_t n = std::strftime(text, sizeof text, "%Y-%m-%dT%H:%M:%S", &tm);
+  std::snprintf(text + n, sizeof text - n, ".%03dZ", static_cast<int>(unix_ms % 1000));
+  return text;
 }
 
 }  // namespace
@@ -113,17 +93,66 @@ void TrainingProgress::add_wait(double seconds) {
   waited_seconds_.store(waited_seconds_.load(std::memory_order_relaxed) + seconds, std::memory_order_relaxed);
 }
 
-void dump_all_thread_stacks() {
-  install();
-  const char* header = "ddp: every thread's stack (asked by ddplaunch before stopping a hung job)\n";
-  write_all(g_dump_fd.load(), header, std::strlen(header));
-  DIR* tasks = opendir("/proc/self/task");
-  if (tasks == nullptr) return;
-  while (dirent* e = readdir(tasks)) {
-    if (e->d_name[0] == '.') continue;
-    syscall(SYS_tgkill, getpid(), std::atoi(e->d_name), stack_signal());
+ProcessStacks capture_all_thread_stacks(std::chrono::milliseconds wait) {
+  ProcessStacks stacks;
+  stacks.unix_ms =
+      std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch())
+          .count();
+  stacks.symbolizer = StackSymbolizer::backend();
+  const std::vector<RawThreadStack> raw = capture_thread_stacks(wait);
+  // After the capture: the threads are running again while this reads
+  // symbol tables and debug information.
+  StackSymbolizer symbolizer;
+  stacks.threads.reserve(raw.size());
+  for (const RawThreadStack& r : raw) {
+    ThreadStackInfo t;
+    t.name = r.name;
+    t.tid = r.tid;
+    t.main = r.main;
+    t.answered = r.answered;
+    t.note = r.why_not;
+    if (r.answered) t.frames = symbolizer.symbolize(r.pcs);
+    stacks.threads.push_back(std::move(t));
   }
-  closedir(tasks);
+  return stacks;
+}
+
+std::string format_thread_stacks(const ProcessStacks& stacks) {
+  std::string out = "ddp: every thread's stack (asked by ddplaunch) at " + utc_time(stacks.unix_ms) + ": pid " +
+                    std::to_string(getpid()) + ", " + std::to_string(stacks.threads.size()) + " threads, symbolized with " +
+                    stacks.symbolizer + "\n";
+  for (const ThreadStackInfo& t : stacks.threads) {
+    out += "Thread " + t.name + " (tid " + std::to_string(t.tid) + (t.main ? ", main" : "") + ")";
+    if (!t.answered) {
+      out += ": no stack: " + t.note + "\n";
+      continue;
+    }
+    out += " (most recent call last):\n";
+    // Outermost first, numbered down to #0 where the thread is now.
+    size_t k = t.frames.size();
+    for (const StackFrameInfo& f : t.frames) {
+      out += "  #" + std::to_string(--k) + " " + (f.function.empty() ? std::string("??") : f.function);
+      if (f.line > 0) {
+        out += " at " + f.file + ":" + std::to_string(f.line);
+      } else if (!f.file.empty()) {
+        out += " in " + f.file;
+      }
+      out += "\n";
+    }
+  }
+  out += "\n";
+  return out;
+}
+
+ProcessStacks dump_all_thread_stacks() {
+  // One dump at a time, so two never interleave in stacks.log.
+  static std::mutex one_at_a_time;
+  std::lock_guard<std::mutex> lock(one_at_a_time);
+  const int fd = stacks_log_fd();
+  ProcessStacks stacks = capture_all_thread_stacks();
+  const std::string text = format_thread_stacks(stacks);
+  write_all(fd, text.data(), text.size());
+  return stacks;
 }
 
 }  // namespace ddp

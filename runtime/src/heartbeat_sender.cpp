@@ -26,6 +26,7 @@ HeartbeatSender::~HeartbeatSender() {
   if (!was_running) return;
   WorkerHeartbeatData last = snapshot();
   last.exiting = true;
+  last.stacks = std::move(pending_stacks_);
   try {
     agent_.send_heartbeat(last, std::chrono::seconds(1));
   } catch (const StoreError&) {
@@ -69,14 +70,28 @@ void HeartbeatSender::run() {
   std::unique_lock<std::mutex> lock(mutex_);
   while (!stopping_) {
     lock.unlock();
+    bool send_now = false;
     try {
-      if (agent_.send_heartbeat(snapshot(), interval_ + std::chrono::seconds(2))) dump_all_thread_stacks();
+      WorkerHeartbeatData hb = snapshot();
+      hb.stacks = pending_stacks_;  // a copy: kept until it got through
+      const bool asked = agent_.send_heartbeat(hb, interval_ + std::chrono::seconds(2));
+      pending_stacks_.reset();
+      if (asked) {
+        // The launcher gives the ranks a couple of intervals before it stops
+        // a hung job: the stacks go out in the next heartbeat, now (on the
+        // usual beat when this one carried stacks already, so an agent that
+        // kept asking could not make this thread spin).
+        pending_stacks_ = dump_all_thread_stacks();
+        send_now = !hb.stacks.has_value();
+      }
     } catch (const StoreError&) {
       // The agent is gone or busy: the next beat tries again (the launcher
       // judges silence, not this side).
+    } catch (const std::exception&) {
+      // Out of memory taking the stacks: this thread must go on beating.
     }
     lock.lock();
-    wake_.wait_for(lock, interval_, [this] { return stopping_; });
+    if (!send_now) wake_.wait_for(lock, interval_, [this] { return stopping_; });
   }
 }
 

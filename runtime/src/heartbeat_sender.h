@@ -7,12 +7,18 @@
 // still reports; a process that is stopped or starved reports nothing, which
 // is what the launcher's silent-rank detection looks for.
 //
+// Stacks: when a heartbeat's reply asks for them, the sender's thread takes
+// every thread's stack (dump_all_thread_stacks(): stacks.log), keeps them and
+// sends the next heartbeat right away carrying them; they are kept until a
+// heartbeat with them got through.
+//
 // Ownership: borrows the connection, progress and collective; the owner
 // (ProcessGroup) destroys the sender before any of them.
 
 #include <condition_variable>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <thread>
 
 #include "ddp/runtime/agent_store.h"
@@ -45,6 +51,9 @@ class HeartbeatSender {
   std::mutex mutex_;
   std::condition_variable wake_;
   bool stopping_ = false;
+  // Taken on request, not yet delivered. Touched by the sender's thread only,
+  // and by the destructor once that thread has been joined.
+  std::optional<ProcessStacks> pending_stacks_;
   std::thread thread_;
 };
 

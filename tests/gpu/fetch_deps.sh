@@ -23,6 +23,7 @@ wanted=(
   libgrpc++-dev libprotobuf-dev protobuf-compiler protobuf-compiler-grpc
   libspdlog-dev libfmt-dev libcli11-dev nlohmann-json3-dev
   libgloo-dev libgtest-dev libgmock-dev
+  libdw-dev  # symbolizes the thread stacks of a hung worker (the build falls back to dladdr without it)
   libssl-dev zlib1g-dev  # gRPC's CMake package looks for OpenSSL and ZLIB
 )
 # Any machine that runs a compiler has these; carrying them would only risk

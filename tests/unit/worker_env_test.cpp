@@ -101,3 +101,30 @@ TEST(WorkerEnv, NodeDefaultsFillOnlyWhatTheEnvironmentLeavesUnset) {
 
 }  // namespace
 }  // namespace ddp
+
+namespace ddp {
+namespace {
+
+TEST(WorkerEnv, ThePythonCompanionGoesFirstOnPythonPath) {
+  WorkerIdentity id = identity();
+  id.companion_dir = "/opt/ddplaunch/share/ddplaunch/python";
+  id.companion_socket = "/run/user/1/ddplaunch/42.py.sock";
+  auto env = as_map(build_worker_env({"PYTHONPATH=/home/u/lib", "TORCH_NCCL_TRACE_BUFFER_SIZE=100"}, id));
+  EXPECT_EQ(env["PYTHONPATH"], "/opt/ddplaunch/share/ddplaunch/python:/home/u/lib");
+  EXPECT_EQ(env["DDPLAUNCH_COMPANION_PATH"], id.companion_dir);
+  EXPECT_EQ(env["DDPLAUNCH_COMPANION_SOCKET"], id.companion_socket);
+  EXPECT_EQ(env["TORCH_NCCL_TRACE_BUFFER_SIZE"], "100") << "the user's setting wins";
+  EXPECT_EQ(env["TORCH_NCCL_DEBUG_INFO_PIPE_FILE"], "/logs/nccl_trace_pipe_rank_");
+  EXPECT_EQ(env["TORCH_NCCL_DEBUG_INFO_TEMP_FILE"], "/logs/nccl_trace_rank_");
+  EXPECT_EQ(as_map(build_worker_env({}, id))["PYTHONPATH"], id.companion_dir);
+}
+
+TEST(WorkerEnv, WithoutTheCompanionPythonPathIsTheUsers) {
+  auto env = as_map(build_worker_env({"PYTHONPATH=/home/u/lib"}, identity()));
+  EXPECT_EQ(env["PYTHONPATH"], "/home/u/lib");
+  EXPECT_EQ(env.count("DDPLAUNCH_COMPANION_SOCKET"), 0u);
+  EXPECT_EQ(env.count("TORCH_NCCL_TRACE_BUFFER_SIZE"), 0u);
+}
+
+}  // namespace
+}  // namespace ddp

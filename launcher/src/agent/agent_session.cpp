@@ -30,9 +30,21 @@ AgentSession::AgentSession(AgentSettings settings, int wakeup_fd, WorkerHealthBo
     : settings_(std::move(settings)),
       wakeup_fd_(wakeup_fd),
       health_(health),
-      client_(settings_.endpoint, settings_.job_id, settings_.token, settings_.tls) {}
+      client_(settings_.endpoint, settings_.job_id, settings_.token, settings_.tls) {
+  // Stacks go to the coordinator at once: it holds the hung job's report for them.
+  health_.set_stacks_listener([this] {
+    {
+      std::lock_guard<std::mutex> lock(sleep_mutex_);
+      stacks_waiting_ = true;
+    }
+    wake_threads_.notify_all();
+  });
+}
 
-AgentSession::~AgentSession() { stop_threads(); }
+AgentSession::~AgentSession() {
+  health_.set_stacks_listener({});
+  stop_threads();
+}
 
 Assignment AgentSession::join(int64_t generation) {
   stop_threads();
@@ -117,9 +129,14 @@ void AgentSession::request_stop(const std::string& reason) {
 void AgentSession::heartbeat_loop(int64_t generation) {
   auto last_ok = std::chrono::steady_clock::now();
   while (!threads_stop_.load()) {
+    {
+      std::lock_guard<std::mutex> lock(sleep_mutex_);
+      stacks_waiting_ = false;
+    }
     std::vector<int> dump_ranks;
     const Status s = client_.heartbeat(assignment_.node_rank, generation,
-                                       std::min<Duration>(settings_.heartbeat_interval, 5s), health_.latest(), &dump_ranks);
+                                       std::min<Duration>(settings_.heartbeat_interval, 5s), health_.latest(), &dump_ranks,
+                                       health_.take_stacks());
     if (!dump_ranks.empty()) health_.request_stack_dumps(dump_ranks);
     const auto now = std::chrono::steady_clock::now();
     if (s.ok()) {
@@ -131,7 +148,8 @@ void AgentSession::heartbeat_loop(int64_t generation) {
       return;
     }
     std::unique_lock<std::mutex> lock(sleep_mutex_);
-    wake_threads_.wait_for(lock, settings_.heartbeat_interval, [this] { return threads_stop_.load(); });
+    wake_threads_.wait_for(lock, settings_.heartbeat_interval,
+                           [this] { return threads_stop_.load() || stacks_waiting_; });
   }
 }
 
@@ -196,6 +214,12 @@ Verdict AgentSession::conclude(const AttemptSummary& summary) {
     return {false, exit_code::kRendezvous};
   }
   const NodeOutcome outcome = outcome_of(summary);
+  if (!outcome.success && !outcome.stopped) {
+    // What the workers said last (a collective they entered just before
+    // failing, say) reaches the coordinator before the failure does.
+    [[maybe_unused]] const Status flushed =
+        client_.heartbeat(assignment_.node_rank, generation, 2s, health_.latest(), nullptr, health_.take_stacks());
+  }
   Status s;
   for (int attempt = 0; attempt < 5; ++attempt) {
     s = client_.report_outcome(generation, outcome, 5s);

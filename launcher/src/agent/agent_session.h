@@ -83,6 +83,7 @@ class AgentSession final : public AttemptArbiter {
   std::atomic<bool> threads_stop_{false};
   std::mutex sleep_mutex_;
   std::condition_variable wake_threads_;  // ends the heartbeat thread's sleep at once
+  bool stacks_waiting_ = false;           // under sleep_mutex_: workers' stacks to forward now
   std::atomic<bool> stop_requested_{false};
   std::atomic<bool> coordinator_lost_{false};
   mutable std::mutex reason_mutex_;

@@ -2,6 +2,7 @@
 
 #include "net/host_name.h"
 #include "health/heartbeat_proto.h"
+#include "stacks/rank_stacks_proto.h"
 #include "process/process_alive.h"
 
 #include <fmt/format.h>
@@ -70,6 +71,11 @@ class LocalAgentService final : public pb::LocalAgent::CallbackService {
       host = layout_.assignment.host.empty() ? this_host_name() : layout_.assignment.host;
     }
     health_.record(from_proto(req->heartbeat(), node_rank, host));
+    if (req->has_stacks()) {
+      RankStacks stacks = from_proto(req->stacks());
+      stacks.rank = req->heartbeat().rank();
+      health_.record_stacks(std::move(stacks));
+    }
     reply->set_dump_stacks(health_.take_stack_dump_request(req->heartbeat().rank()));
     reactor->Finish(grpc::Status::OK);
     return reactor;
@@ -149,7 +155,9 @@ void remove_sockets_of_dead_agents(const std::string& dir) {
     const std::filesystem::path& path = it->path();
     std::error_code type_ec;
     if (path.extension() != ".sock" || !it->is_socket(type_ec)) continue;
-    const std::string pid = path.stem().string();
+    // "<pid>.sock", and the Python companion's "<pid>.py.sock".
+    const std::string stem = path.stem().string();
+    const std::string pid = stem.substr(0, stem.find('.'));
     if (pid.empty() || pid.size() > 9 || pid.find_first_not_of("0123456789") != std::string::npos) continue;
     if (!process_alive(std::stoi(pid))) std::filesystem::remove(path, type_ec);
   }

@@ -1,6 +1,15 @@
 #include "agent/worker_health_board.h"
 
+#include <algorithm>
+
+#include "stacks/process_state.h"
+
 namespace ddp {
+
+WorkerHealthBoard::WorkerHealthBoard(const Clock& clock, Duration answer_timeout, ProcessDescriber describe)
+    : clock_(clock),
+      answer_timeout_(answer_timeout),
+      describe_(describe ? std::move(describe) : ProcessDescriber(describe_unanswering_process)) {}
 
 void WorkerHealthBoard::record(RankReport report) {
   std::lock_guard<std::mutex> lock(mutex_);
@@ -20,17 +29,74 @@ std::vector<ForwardedReport> WorkerHealthBoard::latest() const {
 void WorkerHealthBoard::clear() {
   std::lock_guard<std::mutex> lock(mutex_);
   latest_.clear();
+  pids_.clear();
   dump_requests_.clear();
+  answers_.clear();
+}
+
+void WorkerHealthBoard::set_worker_pid(int rank, int pid) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  pids_[rank] = pid;
 }
 
 void WorkerHealthBoard::request_stack_dumps(const std::vector<int>& ranks) {
   std::lock_guard<std::mutex> lock(mutex_);
-  dump_requests_.insert(ranks.begin(), ranks.end());
+  const SteadyTime now = clock_.now();
+  for (int rank : ranks) dump_requests_.emplace(rank, DumpRequest{now, false});
 }
 
 bool WorkerHealthBoard::take_stack_dump_request(int rank) {
   std::lock_guard<std::mutex> lock(mutex_);
-  return dump_requests_.erase(rank) > 0;
+  auto it = dump_requests_.find(rank);
+  if (it == dump_requests_.end() || it->second.delivered) return false;
+  it->second.delivered = true;
+  return true;
+}
+
+void WorkerHealthBoard::record_stacks(RankStacks stacks) {
+  std::function<void()> listener;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (dump_requests_.erase(stacks.rank) == 0) return;
+    answers_.push_back(std::move(stacks));
+    listener = stacks_listener_;
+  }
+  if (listener) listener();
+}
+
+std::vector<RankStacks> WorkerHealthBoard::take_stacks() {
+  std::vector<std::pair<int, int>> overdue;  // rank, pid (0: unknown)
+  std::vector<RankStacks> out;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    out.swap(answers_);
+    const SteadyTime now = clock_.now();
+    for (auto it = dump_requests_.begin(); it != dump_requests_.end();) {
+      if (now - it->second.asked_at < answer_timeout_) {
+        ++it;
+        continue;
+      }
+      int pid = 0;
+      if (auto p = pids_.find(it->first); p != pids_.end()) pid = p->second;
+      if (auto r = latest_.find(it->first); pid == 0 && r != latest_.end()) pid = r->second.first.pid;
+      overdue.emplace_back(it->first, pid);
+      it = dump_requests_.erase(it);
+    }
+  }
+  // /proc is read without the lock held.
+  for (const auto& [rank, pid] : overdue) {
+    RankStacks note;
+    note.rank = rank;
+    note.language = "process";
+    note.note = pid > 0 ? describe_(pid) : "did not answer, and its process is not known here";
+    out.push_back(std::move(note));
+  }
+  return out;
+}
+
+void WorkerHealthBoard::set_stacks_listener(std::function<void()> listener) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  stacks_listener_ = std::move(listener);
 }
 
 }  // namespace ddp

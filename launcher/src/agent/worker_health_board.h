@@ -1,39 +1,75 @@
 #pragma once
 // WorkerHealthBoard: the latest heartbeat of each of this node's workers, as
-// the local agent service receives them, until the agent's heartbeat thread
-// forwards them to the coordinator; and the coordinator's requests for stack
-// dumps on their way back to the workers (answered in their next heartbeat).
+// the local services receive them (the runtime's gRPC service and the Python
+// companion's channel), until the agent's heartbeat thread forwards them to
+// the coordinator; and the coordinator's requests for stack dumps on their
+// way to the workers, with the workers' answers on their way back.
 //
-// Threading: thread-safe (gRPC threads write, the heartbeat thread reads).
+// A worker that does not answer a request for its stacks within
+// `answer_timeout` (stopped by a signal, a Python program holding the GIL in
+// C code, a program without heartbeats) is answered for: the board describes
+// its process as the kernel sees it (process_state.h).
+//
+// Threading: thread-safe (gRPC and channel threads write, the heartbeat
+// thread reads). The stacks listener is called without the board's lock held.
 
+#include <functional>
 #include <map>
 #include <mutex>
-#include <set>
+#include <optional>
 #include <vector>
 
 #include "coordinator/coordinator_job.h"
+#include "stacks/rank_stacks.h"
 
 namespace ddp {
 
 class WorkerHealthBoard {
  public:
-  explicit WorkerHealthBoard(const Clock& clock) : clock_(clock) {}
+  /// Says what a process that did not answer is doing, by pid.
+  using ProcessDescriber = std::function<std::string(int pid)>;
+
+  /// clock: kept by reference, outlives the board. describe: defaults to
+  /// describe_unanswering_process (process_state.h).
+  explicit WorkerHealthBoard(const Clock& clock, Duration answer_timeout = std::chrono::seconds(2),
+                             ProcessDescriber describe = {});
 
   void record(RankReport report);
   /// The latest report of each worker, with how long it has been held here.
   std::vector<ForwardedReport> latest() const;
-  /// A new generation: forget every worker and request.
+  /// A new generation: forget every worker, request and answer.
   void clear();
+  /// The supervisor started `rank` as `pid`: whom to describe if it cannot answer.
+  void set_worker_pid(int rank, int pid);
 
   void request_stack_dumps(const std::vector<int>& ranks);
-  /// True once per request: the worker should dump its stacks now.
+  /// True once per request: the worker should dump its stacks now. The
+  /// request stays open until the worker answers or times out.
   bool take_stack_dump_request(int rank);
+  /// A worker's answer. Ignored unless its rank was asked.
+  void record_stacks(RankStacks stacks);
+  /// The answers since the last call, and a description of each worker asked
+  /// more than answer_timeout ago that has not answered.
+  std::vector<RankStacks> take_stacks();
+  /// Called after each answer (e.g. to forward it without waiting for the
+  /// next heartbeat). Set once, before workers start.
+  void set_stacks_listener(std::function<void()> listener);
 
  private:
+  struct DumpRequest {
+    SteadyTime asked_at{};
+    bool delivered = false;
+  };
+
   const Clock& clock_;
+  const Duration answer_timeout_;
+  ProcessDescriber describe_;
+  std::function<void()> stacks_listener_;
   mutable std::mutex mutex_;
   std::map<int, std::pair<RankReport, SteadyTime>> latest_;  // by rank
-  std::set<int> dump_requests_;
+  std::map<int, int> pids_;                                  // by rank, from the supervisor
+  std::map<int, DumpRequest> dump_requests_;                 // by rank, until answered
+  std::vector<RankStacks> answers_;
 };
 
 }  // namespace ddp

@@ -42,6 +42,7 @@ struct LaunchOptions {
   bool run_path = false;   // run PROGRAM (a Python file) with runpy.run_path
   bool virtual_local_rank = false;    // LOCAL_RANK=0 and only the rank's own GPU visible
   bool legacy_local_rank_arg = false; // pass --local_rank=N to PROGRAM, as torch.distributed.launch did
+  bool no_python_companion = false;   // do not inject the Python companion into Python ranks
   std::string log_line_prefix_template;  // empty: TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE, else "[node:rank] "
   std::string duplicate_stdout_filters;  // comma list (",," a comma): lines copied to filtered_stdout.log
   std::string duplicate_stderr_filters;

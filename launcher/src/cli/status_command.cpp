@@ -6,7 +6,7 @@
 #include <cstdio>
 
 #include "coordinator/coordinator_client.h"
-#include "job/job_registry.h"
+#include "cli/job_selection.h"
 
 namespace ddp {
 namespace {
@@ -80,27 +80,9 @@ int run_status_command(int argc, const char* const* argv) {
     std::fprintf(stderr, "ddplaunch status: error: %s\n", e.what());
     return 2;
   }
-  std::vector<RunningJob> jobs = running_jobs();
-  if (!job_id.empty()) {
-    jobs.erase(std::remove_if(jobs.begin(), jobs.end(), [&](const RunningJob& j) { return j.job_id != job_id; }),
-               jobs.end());
-  }
-  if (jobs.empty()) {
-    std::fprintf(stderr, "ddplaunch status: error: %s\n",
-                 job_id.empty() ? "no running ddplaunch job of this user on this machine"
-                                : fmt::format("no running job with id '{}' on this machine", job_id).c_str());
-    return 1;
-  }
-  // Several agents of one job (or several jobs): the newest agent of the named
-  // job, or the only job.
-  const std::string first = jobs.front().job_id;
-  if (job_id.empty() && std::any_of(jobs.begin(), jobs.end(), [&](const RunningJob& j) { return j.job_id != first; })) {
-    std::string ids;
-    for (const auto& j : jobs) ids += (ids.empty() ? "" : ", ") + j.job_id;
-    std::fprintf(stderr, "ddplaunch status: error: several jobs run here (%s): choose one with --job\n", ids.c_str());
-    return 2;
-  }
-  const RunningJob& job = jobs.back();
+  const SelectedJob selected = select_running_job("status", job_id);
+  if (!selected.job) return selected.exit_code;
+  const RunningJob& job = *selected.job;
   CoordinatorClient client(job.endpoint, job.job_id, job.token, TlsFiles{job.tls_cert, job.tls_key, job.tls_ca});
   std::string text;
   const Status s = client.status(std::chrono::seconds(5), text);

@@ -1,6 +1,7 @@
 #include "coordinator/coordinator_client.h"
 
 #include "health/heartbeat_proto.h"
+#include "stacks/rank_stacks_proto.h"
 
 #include <grpcpp/grpcpp.h>
 
@@ -177,7 +178,8 @@ Status CoordinatorClient::join(const JoinParams& p, int max_restarts, Duration t
 }
 
 Status CoordinatorClient::heartbeat(int node_rank, int64_t generation, Duration timeout,
-                                     const std::vector<ForwardedReport>& workers, std::vector<int>* dump_ranks) {
+                                     const std::vector<ForwardedReport>& workers, std::vector<int>* dump_ranks,
+                                     const std::vector<RankStacks>& stacks) {
   pb::AgentHeartbeatRequest req;
   authorize(req.mutable_auth());
   req.set_node_rank(node_rank);
@@ -186,6 +188,7 @@ Status CoordinatorClient::heartbeat(int node_rank, int64_t generation, Duration 
     to_proto(w.report, w.held, *req.add_workers());
     if (req.host().empty()) req.set_host(w.report.host);
   }
+  for (const RankStacks& s : stacks) to_proto(s, *req.add_stacks());
   pb::AgentHeartbeatReply reply;
   grpc::ClientContext ctx;
   set_deadline(ctx, timeout);
@@ -201,6 +204,18 @@ Status CoordinatorClient::status(Duration timeout, std::string& json) {
   grpc::ClientContext ctx;
   set_deadline(ctx, timeout);
   const Status s = from_grpc(stub_->GetStatus(&ctx, req, &reply));
+  json = reply.json();
+  return s;
+}
+
+Status CoordinatorClient::stacks(Duration wait, std::string& json) {
+  pb::StacksRequest req;
+  authorize(req.mutable_auth());
+  req.set_timeout_ms(std::chrono::duration_cast<std::chrono::milliseconds>(wait).count());
+  pb::StacksReply reply;
+  grpc::ClientContext ctx;
+  set_deadline(ctx, wait + std::chrono::seconds(5));
+  const Status s = from_grpc(stub_->GetStacks(&ctx, req, &reply));
   json = reply.json();
   return s;
 }

@@ -39,11 +39,15 @@ class CoordinatorClient {
   Status join(const JoinParams& params, int max_restarts, Duration timeout, JoinResult& result,
               const std::function<bool()>& should_abort = {});
   /// workers: the node's latest worker heartbeats; dump_ranks (optional)
-  /// gets the ranks the coordinator asks to dump their stacks.
+  /// gets the ranks the coordinator asks to dump their stacks; stacks: the
+  /// workers' answers since the last heartbeat.
   Status heartbeat(int node_rank, int64_t generation, Duration timeout, const std::vector<ForwardedReport>& workers = {},
-                   std::vector<int>* dump_ranks = nullptr);
+                   std::vector<int>* dump_ranks = nullptr, const std::vector<RankStacks>& stacks = {});
   /// The job's health view as JSON (CoordinatorJob::status_json).
   Status status(Duration timeout, std::string& json);
+  /// Every rank's stacks now, merged (CoordinatorJob::collect_stacks); the
+  /// ranks get `wait` to answer.
+  Status stacks(Duration wait, std::string& json);
   Status report_outcome(int64_t generation, const NodeOutcome& outcome, Duration timeout);
   /// Long poll; see CoordinatorJob::watch.
   /// A caller that must be able to cancel the poll passes its own context

@@ -7,6 +7,8 @@
 
 #include <algorithm>
 
+#include "stacks/stack_merge.h"
+
 namespace ddp {
 
 const char* to_string(GenerationState state) {
@@ -23,9 +25,18 @@ void CoordinatorJob::Fired::run() {
   for (auto& j : joins) j();
   for (auto& w : waits) w();
   for (auto& [callback, view] : watches) callback(watch_status, view);
+  for (auto& [callback, json] : stacks) callback(Status::Ok(), json);
 }
 
 namespace {
+
+// The merge of a collection, as JSON with its text for the console.
+nlohmann::json merged_stacks(const StackCollection& collection, const std::vector<int>& culprits) {
+  const MergedStacks merged = merge_stacks(collection.answers(), collection.world_size(), culprits);
+  nlohmann::json j = merged_stacks_to_json(merged);
+  j["text"] = format_merged_stacks(merged, collection.world_size());
+  return j;
+}
 
 HangConfig hang_config(const JobConfig& job) {
   HangConfig c;
@@ -82,12 +93,13 @@ void CoordinatorJob::on_world_formed() {
   root_cause_.reset();
   health_.reset(rendezvous_.nnodes() * rendezvous_.nproc());
   pending_hang_.reset();
-  dump_ranks_.clear();
+  hang_stacks_.reset();
   hang_report_.clear();
 }
 
 Status CoordinatorJob::heartbeat(int node_rank, int64_t generation, int64_t& current,
-                                 const std::vector<ForwardedReport>& workers, std::vector<int>* dump_ranks) {
+                                 const std::vector<ForwardedReport>& workers, std::vector<int>* dump_ranks,
+                                 std::vector<RankStacks> stacks) {
   std::lock_guard<std::mutex> lock(mutex_);
   current = generation_;
   if (node_rank < 0 || node_rank >= config_.nnodes) {
@@ -99,11 +111,45 @@ Status CoordinatorJob::heartbeat(int node_rank, int64_t generation, int64_t& cur
     if (w.report.rank < 0 || w.report.rank >= rendezvous_.nnodes() * rendezvous_.nproc()) continue;
     health_.on_report(w.report, w.held);
     if (w.report.exiting) health_.on_rank_exited(w.report.rank);
-    if (dump_ranks && std::find(dump_ranks_.begin(), dump_ranks_.end(), w.report.rank) != dump_ranks_.end()) {
-      dump_ranks->push_back(w.report.rank);
+  }
+  // Requests for stacks reach the node's workers through its agent; the
+  // answers come back the same way. Every rank of the node is asked.
+  std::vector<StackCollection*> collections;
+  if (hang_stacks_) collections.push_back(&*hang_stacks_);
+  for (StackRequest& r : stack_requests_) collections.push_back(&r.collection);
+  const int nproc = rendezvous_.nproc();
+  for (StackCollection* c : collections) {
+    for (int rank : c->take_requests(node_rank * nproc, nproc)) {
+      if (dump_ranks && std::find(dump_ranks->begin(), dump_ranks->end(), rank) == dump_ranks->end()) {
+        dump_ranks->push_back(rank);
+      }
     }
+    for (const RankStacks& s : stacks) c->on_answer(s);
   }
   return Status::Ok();
+}
+
+void CoordinatorJob::collect_stacks(Duration timeout, StacksCallback done) {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (world_formed_ && state_ == GenerationState::kRunning) {
+      const int world = rendezvous_.nnodes() * rendezvous_.nproc();
+      stack_requests_.push_back({StackCollection(world, clock_.now() + timeout), std::move(done)});
+      return;
+    }
+  }
+  done({StatusCode::kFailedPrecondition, "no generation of the job is running"}, "");
+}
+
+void CoordinatorJob::finish_stack_requests(SteadyTime now, Fired& fired) {
+  auto finished = std::stable_partition(stack_requests_.begin(), stack_requests_.end(),
+                                        [now](const StackRequest& r) { return !r.collection.done(now); });
+  for (auto it = finished; it != stack_requests_.end(); ++it) {
+    fired.stacks.emplace_back(std::move(it->done),
+                              merged_stacks(it->collection, {}).dump(-1, ' ', false,
+                                                                     nlohmann::json::error_handler_t::replace));
+  }
+  stack_requests_.erase(finished, stack_requests_.end());
 }
 
 void CoordinatorJob::check_health(SteadyTime now, Fired& fired) {
@@ -112,16 +158,21 @@ void CoordinatorJob::check_health(SteadyTime now, Fired& fired) {
   if (!pending_hang_) {
     std::optional<HangVerdict> verdict = health_.check();
     if (!verdict) return;
-    // Report first; the stuck ranks get two intervals to dump their stacks.
+    // Report first, then ask every rank for its stacks before anything is stopped.
     spdlog::error("{} detected: {}", to_string(verdict->kind), verdict->summary);
-    dump_ranks_ = verdict->culprits;
-    dump_ranks_.insert(dump_ranks_.end(), verdict->waiting.begin(), verdict->waiting.end());
-    hang_stop_at_ = now + 2 * config_.heartbeat_interval;
+    spdlog::info("asking every rank for its stacks before stopping the job");
+    hang_stacks_.emplace(health_.world_size(), now + stack_collection_timeout(config_.heartbeat_interval));
     pending_hang_ = std::move(verdict);
     return;
   }
-  if (now < hang_stop_at_) return;
-  const HangVerdict& v = *pending_hang_;
+  if (!hang_stacks_->done(now)) return;
+  HangVerdict& v = *pending_hang_;
+  nlohmann::json stacks = merged_stacks(*hang_stacks_, v.culprits);
+  std::string text = stacks["text"].get<std::string>();
+  while (!text.empty() && text.back() == '\n') text.pop_back();
+  spdlog::error("stacks of the {} ranks, grouped by identical stack:\n{}", hang_stacks_->world_size(), text);
+  v.details["stacks"] = std::move(stacks);
+  hang_stacks_.reset();
   NodeOutcome cause;
   cause.exit_code = kHangExitCode;
   cause.failed_rank = v.culprits.empty() ? -1 : v.culprits.front();
@@ -173,6 +224,14 @@ void CoordinatorJob::record_outcome(const NodeOutcome& outcome, Fired& fired) {
   const bool failed = !outcome.success && !outcome.stopped;
   if (failed && !root_cause_) {
     root_cause_ = outcome;
+    // Ranks that disagreed on a collective just before one failed: the
+    // failure is likely its consequence (Gloo aborts on mismatched sizes).
+    if (!pending_hang_ && state_ == GenerationState::kRunning) {
+      if (std::optional<HangVerdict> v = health_.check(); v && v->kind == HangKind::kDesync) {
+        root_cause_->description += "; before that, " + v->summary;
+        hang_report_ = v->details.dump(2, ' ', false, nlohmann::json::error_handler_t::replace);
+      }
+    }
     if (state_ == GenerationState::kRunning) set_state(GenerationState::kStopping, fired);
   }
   conclude_if_all_reported(fired);
@@ -398,6 +457,7 @@ void CoordinatorJob::tick() {
       set_state(GenerationState::kFinished, fired);
     }
     check_health(now, fired);
+    finish_stack_requests(now, fired);
     if (world_formed_ && (state_ == GenerationState::kRunning || state_ == GenerationState::kStopping)) {
       for (int node = 0; node < world_nnodes_; ++node) {
         const auto n = static_cast<size_t>(node);
@@ -423,6 +483,7 @@ void CoordinatorJob::tick() {
 
 void CoordinatorJob::abort_all(const Status& status) {
   Fired fired;
+  std::vector<StackRequest> aborted_stacks;
   fired.watch_status = status;
   {
     std::lock_guard<std::mutex> lock(mutex_);
@@ -430,8 +491,10 @@ void CoordinatorJob::abort_all(const Status& status) {
     rendezvous_.abort(status, fired.joins);
     for (auto& p : watches_) fired.watches.emplace_back(std::move(p.done), view_of(p.generation));
     watches_.clear();
+    aborted_stacks.swap(stack_requests_);
   }
   fired.run();
+  for (StackRequest& r : aborted_stacks) r.done(status, "");
 }
 
 bool CoordinatorJob::finished() const {

@@ -24,6 +24,7 @@
 #include "ddp/common/status.h"
 #include "health/hang_detector.h"
 #include "health/rank_health.h"
+#include "stacks/stack_collection.h"
 
 namespace ddp {
 
@@ -77,6 +78,8 @@ struct ForwardedReport {
 };
 
 using WatchCallback = std::function<void(const Status&, const GenerationView&)>;
+/// The merged stacks of every rank (JSON, see StacksReply), or why not.
+using StacksCallback = std::function<void(const Status&, const std::string& json)>;
 
 /// The exit code every agent uses when a node went silent.
 inline constexpr int kNodeLostExitCode = 123;
@@ -97,9 +100,15 @@ class CoordinatorJob {
   void join(const JoinParams& params, Duration timeout, JoinCallback done);
   /// Returns the job's current generation through current. workers: the
   /// latest heartbeat of each of the node's workers, for the health view;
-  /// dump_ranks gets the node's ranks asked to dump their stacks.
+  /// dump_ranks gets the node's ranks asked to dump their stacks; stacks:
+  /// the answers of the node's workers since its last heartbeat.
   Status heartbeat(int node_rank, int64_t generation, int64_t& current,
-                   const std::vector<ForwardedReport>& workers = {}, std::vector<int>* dump_ranks = nullptr);
+                   const std::vector<ForwardedReport>& workers = {}, std::vector<int>* dump_ranks = nullptr,
+                   std::vector<RankStacks> stacks = {});
+  /// Asks every rank for its stacks (delivered with the agents' heartbeats)
+  /// and answers with their merge once all have answered or timeout passed.
+  /// The job goes on running. Fails at once when no generation is running.
+  void collect_stacks(Duration timeout, StacksCallback done);
   /// The health view for `ddplaunch status` (JSON): job, generation, state,
   /// restarts used, elapsed, and per rank its last heartbeat.
   std::string status_json() const;
@@ -129,8 +138,9 @@ class CoordinatorJob {
   Status nccl_id(int64_t generation, const std::string& comm_key, std::string& id);
 
   /// Expires waits and joins, declares silent nodes failed, and runs hang
-  /// detection (a verdict first asks the stuck ranks for their stacks, then,
-  /// two heartbeat intervals later, stops the generation). Call often
+  /// detection (a verdict first asks every rank for its stacks, then, once
+  /// all have answered or stack_collection_timeout() passed, merges them into
+  /// the report and stops the generation). Call often
   /// (the coordinator's timer thread does, every 100 ms).
   void tick();
   /// Answers every parked call with status (the coordinator shuts down).
@@ -154,6 +164,7 @@ class CoordinatorJob {
     FiredJoins joins;
     std::vector<std::pair<WatchCallback, GenerationView>> watches;
     Status watch_status;  // what the watches are answered with
+    std::vector<std::pair<StacksCallback, std::string>> stacks;
     void run();
   };
   Status check_generation(int64_t generation) const;
@@ -167,6 +178,8 @@ class CoordinatorJob {
   bool has_reported(int node_rank) const;
   void on_world_formed();
   void check_health(SteadyTime now, Fired& fired);
+  /// Answers the stack collections asked for by `ddplaunch stacks` that are done.
+  void finish_stack_requests(SteadyTime now, Fired& fired);
   /// Every 5 s while joins wait: who joined, who is missing (to the log).
   void report_waiting_joins(SteadyTime now);
 
@@ -195,9 +208,13 @@ class CoordinatorJob {
   // Worker health (this generation).
   HangDetector health_;
   std::optional<HangVerdict> pending_hang_;  // reported, stacks asked for, not yet stopped
-  SteadyTime hang_stop_at_{};
+  std::optional<StackCollection> hang_stacks_;  // with pending_hang_
+  struct StackRequest {  // one `ddplaunch stacks`
+    StackCollection collection;
+    StacksCallback done;
+  };
+  std::vector<StackRequest> stack_requests_;
   std::optional<SteadyTime> next_rendezvous_report_;  // while joins wait: when to say so next
-  std::vector<int> dump_ranks_;
   std::string hang_report_;
   SteadyTime created_at_;
 };

@@ -1,8 +1,11 @@
 #include "coordinator/coordinator_service.h"
 
 #include "health/heartbeat_proto.h"
+#include "stacks/rank_stacks_proto.h"
 
 #include <fmt/format.h>
+
+#include <algorithm>
 #include <spdlog/spdlog.h>
 
 #include "coordinator/grpc_status.h"
@@ -112,8 +115,11 @@ CoordinatorService::Reactor* CoordinatorService::AgentHeartbeat(Ctx* ctx, const 
     for (const auto& w : req->workers()) {
       workers.push_back({from_proto(w, req->node_rank(), req->host()), std::chrono::milliseconds(w.held_ms())});
     }
+    std::vector<RankStacks> stacks;
+    stacks.reserve(static_cast<size_t>(req->stacks_size()));
+    for (const auto& s : req->stacks()) stacks.push_back(from_proto(s));
     std::vector<int> dump;
-    const Status s = job->heartbeat(req->node_rank(), req->generation(), current, workers, &dump);
+    const Status s = job->heartbeat(req->node_rank(), req->generation(), current, workers, &dump, std::move(stacks));
     reply->set_generation(current);
     for (int r : dump) reply->add_dump_stack_ranks(r);
     finish(ctx, reactor, s, "AgentHeartbeat");
@@ -143,6 +149,20 @@ CoordinatorService::Reactor* CoordinatorService::GetStatus(Ctx* ctx, const pb::S
   if (auto job = job_for(ctx, reactor, req->auth(), "GetStatus")) {
     reply->set_json(job->status_json());
     finish(ctx, reactor, Status::Ok(), "GetStatus");
+  }
+  return reactor;
+}
+
+CoordinatorService::Reactor* CoordinatorService::GetStacks(Ctx* ctx, const pb::StacksRequest* req,
+                                                           pb::StacksReply* reply) {
+  Reactor* reactor = ctx->DefaultReactor();
+  if (auto job = job_for(ctx, reactor, req->auth(), "GetStacks")) {
+    // The ranks' answers ride the agents' heartbeats; 60 s is more than any sensible interval.
+    const auto wait = std::chrono::milliseconds(std::clamp<int64_t>(req->timeout_ms(), 100, 60000));
+    job->collect_stacks(wait, [this, ctx, reactor, reply](const Status& s, const std::string& json) {
+      reply->set_json(json);
+      finish(ctx, reactor, s, "GetStacks");
+    });
   }
   return reactor;
 }

@@ -160,7 +160,8 @@ void HangDetector::record_collectives(const RankReport& report) {
     if (inserted || ref.rank == report.rank) continue;
     const bool op_differs = !ref.op.empty() && !sig.op.empty() && ref.op != sig.op;
     const bool dtype_differs = !ref.dtype.empty() && !sig.dtype.empty() && ref.dtype != sig.dtype;
-    if (!op_differs && !dtype_differs && ref.bytes == sig.bytes) continue;
+    const bool bytes_differ = ref.bytes > 0 && sig.bytes > 0 && ref.bytes != sig.bytes;  // 0: unknown
+    if (!op_differs && !dtype_differs && !bytes_differ) continue;
     if (!desync_) {
       desync_ = Desync{c.sequence, {ref, sig}};
     } else if (desync_->sequence == c.sequence &&

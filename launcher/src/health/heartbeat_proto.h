@@ -13,7 +13,7 @@ namespace ddp {
 
 inline WorkerPhase phase_from_string(const std::string& name) {
   for (WorkerPhase p : {WorkerPhase::kData, WorkerPhase::kForward, WorkerPhase::kBackward, WorkerPhase::kOptimizer,
-                        WorkerPhase::kCheckpoint, WorkerPhase::kOther}) {
+                        WorkerPhase::kCheckpoint, WorkerPhase::kCollective, WorkerPhase::kOther}) {
     if (name == to_string(p)) return p;
   }
   return WorkerPhase::kUnknown;

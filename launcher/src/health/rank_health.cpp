@@ -10,6 +10,7 @@ const char* to_string(WorkerPhase phase) {
     case WorkerPhase::kBackward: return "backward";
     case WorkerPhase::kOptimizer: return "optimizer";
     case WorkerPhase::kCheckpoint: return "checkpoint";
+    case WorkerPhase::kCollective: return "collective";
     case WorkerPhase::kOther: return "other";
   }
   return "unknown";

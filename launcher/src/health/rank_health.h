@@ -12,15 +12,15 @@
 
 namespace ddp {
 
-enum class WorkerPhase { kUnknown = 0, kData, kForward, kBackward, kOptimizer, kCheckpoint, kOther };
+enum class WorkerPhase { kUnknown = 0, kData, kForward, kBackward, kOptimizer, kCheckpoint, kCollective, kOther };
 const char* to_string(WorkerPhase phase);
 
 /// A collective in a rank's recent flight record.
 struct CollectiveSeen {
   uint64_t sequence = 0;
   std::string op;      // "all_reduce", "broadcast", ...
-  int64_t bytes = 0;
-  std::string dtype;   // "float32", ...
+  int64_t bytes = 0;   // 0: unknown (a DDP bucket seen only by its sequence number)
+  std::string dtype;   // "float32", ...; empty: unknown
   std::string state;   // "enqueued", "started", "completed", "failed"
   Duration age{};      // since it was enqueued, as of the heartbeat
 };

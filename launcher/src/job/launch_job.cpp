@@ -19,6 +19,8 @@
 #include "blas/blas_probe_memo.h"
 #include "blas/openblas_tuning.h"
 #include "agent/local_agent_service.h"
+#include "companion/companion_channel.h"
+#include "companion/companion_install.h"
 #include "coordinator/coordinator_server.h"
 #include "job/event_loop.h"
 #include "job/worker_env.h"
@@ -34,6 +36,7 @@
 #include "report/nccl_evidence.h"
 #include "report/oom_probe.h"
 #include "report/root_cause_summary.h"
+#include "stacks/stack_collection.h"
 
 namespace ddp {
 namespace {
@@ -76,10 +79,16 @@ std::vector<std::string> worker_argv(const LaunchPlan& plan, int local_rank) {
   return argv;
 }
 
+// The Python companion, when it is injected: its folder and channel socket.
+struct CompanionSetup {
+  std::string dir;
+  std::string socket;
+};
+
 std::vector<WorkerSpec> plan_workers(const LaunchPlan& plan, const Assignment& layout,
                                      const std::vector<std::string>& base_env,
                                      const std::map<std::string, std::string>& node_defaults,
-                                     const std::string& agent_socket, int attempt) {
+                                     const std::string& agent_socket, const CompanionSetup& companion, int attempt) {
   std::vector<WorkerSpec> specs;
   for (int local_rank = 0; local_rank < plan.nproc; ++local_rank) {
     const int rank = layout.rank_start + local_rank;
@@ -109,6 +118,8 @@ std::vector<WorkerSpec> plan_workers(const LaunchPlan& plan, const Assignment& l
     id.node_defaults = node_defaults;
     id.nccl_debug_file = (dir / "nccl.log").string();
     id.virtual_local_rank = plan.virtual_local_rank;
+    id.companion_dir = companion.dir;
+    id.companion_socket = companion.socket;
     std::vector<int> cpus;
     if (!plan.rank_cpus.empty()) {
       const auto& own = plan.rank_cpus[static_cast<size_t>(local_rank)];
@@ -146,8 +157,13 @@ NodeDefaults worker_defaults_of_this_node(const std::vector<std::string>& base_e
 // failure reports.
 class JobListener final : public SupervisorListener {
  public:
-  JobListener(const LaunchPlan& plan, OutputRouter& router, EventLoop& loop)
-      : plan_(plan), router_(router), loop_(loop), oom_(OomProbe::for_current_process()), host_(this_host_name()) {}
+  JobListener(const LaunchPlan& plan, OutputRouter& router, EventLoop& loop, WorkerHealthBoard& health)
+      : plan_(plan),
+        router_(router),
+        loop_(loop),
+        health_(health),
+        oom_(OomProbe::for_current_process()),
+        host_(this_host_name()) {}
 
   void on_attempt_started(int attempt) override {
     attempt_ = attempt;
@@ -162,6 +178,7 @@ class JobListener final : public SupervisorListener {
   }
 
   void on_worker_started(const WorkerRecord& worker, const SpawnedProcess& process) override {
+    health_.set_worker_pid(worker.rank, process.pid);
     const fs::path dir = rank_dir(plan_, attempt_, worker.rank);
     const bool shown =
         plan_.console_local_ranks.empty() || plan_.console_local_ranks.count(worker.local_rank) != 0;
@@ -270,6 +287,7 @@ class JobListener final : public SupervisorListener {
   const LaunchPlan& plan_;
   OutputRouter& router_;
   EventLoop& loop_;
+  WorkerHealthBoard& health_;  // who to describe when a rank cannot send its stacks
   OomProbe oom_;
   std::optional<uint64_t> oom_kills_at_start_;
   nlohmann::json failures_ = nlohmann::json::array();
@@ -431,15 +449,29 @@ int run_launch(const LaunchPlan& plan, OrphanSentinel* sentinel) {
       {plan.job_id, endpoint, plan.token, plan.tls_cert, plan.tls_key, plan.tls_ca, static_cast<int>(getpid()),
        std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count()});
   const WakeupFd wakeup;
-  WorkerHealthBoard health(SystemClock::instance());
+  WorkerHealthBoard health(SystemClock::instance(), stack_answer_timeout(plan.heartbeat_interval));
   AgentSession session(agent_settings(plan, endpoint, tls), wakeup.fd(), health);
   remove_sockets_of_dead_agents(runtime_dir);
   const std::string socket_path = fmt::format("{}/{}.sock", runtime_dir, getpid());
   LocalAgentServer local(socket_path, session.client(), health, plan.job_id, plan.token);
+  CompanionSetup companion_setup;
+  std::unique_ptr<CompanionChannel> companion;
+  if (plan.python_companion) {
+    std::string looked_in;
+    companion_setup.dir = find_python_companion(&looked_in);
+    if (companion_setup.dir.empty()) {
+      spdlog::warn("the Python companion is not installed (looked in {}): Python ranks are supervised by process "
+                   "state only",
+                   looked_in);
+    } else {
+      companion_setup.socket = fmt::format("{}/{}.py.sock", runtime_dir, getpid());
+      companion = std::make_unique<CompanionChannel>(companion_setup.socket, health, plan.job_id, plan.token);
+    }
+  }
 
   OutputRouter router(std::max(plan.node_rank, 0), STDOUT_FILENO, STDERR_FILENO);
   EventLoop loop(router, SystemClock::instance());
-  JobListener listener(plan, router, loop);
+  JobListener listener(plan, router, loop, health);
   PosixSpawner spawner(sentinel);
   SupervisorConfig config;
   config.shutdown_grace = plan.shutdown_grace;
@@ -449,12 +481,13 @@ int run_launch(const LaunchPlan& plan, OrphanSentinel* sentinel) {
     router.set_node_rank(layout.node_rank);
     listener.set_node_rank(layout.node_rank);
     local.set_layout({layout, plan.nproc});
+    if (companion) companion->set_layout({layout, plan.nproc});
     const NodeDefaults& defaults = node_defaults.get();
     if (!defaults_told) {
       for (const auto& note : defaults.notes) spdlog::info("{}", note);
       defaults_told = true;
     }
-    return plan_workers(plan, layout, base_env, defaults.env, socket_path, attempt);
+    return plan_workers(plan, layout, base_env, defaults.env, socket_path, companion_setup, attempt);
   };
   Supervisor supervisor(std::move(config), spawner, SystemClock::instance(), listener, session);
   loop.watch_wakeup(wakeup.fd(), [&](Supervisor& s) {

@@ -1,6 +1,7 @@
 #include "job/worker_env.h"
 
 #include <map>
+#include <optional>
 #include <sstream>
 
 #include "net/grpc_name_resolution.h"
@@ -23,6 +24,14 @@ std::string own_cuda_device(const std::vector<std::string>& base, int local_rank
     }
   }
   return std::to_string(local_rank);
+}
+
+std::optional<std::string> value_in(const std::vector<std::string>& env, const std::string& name) {
+  const std::string prefix = name + "=";
+  for (const std::string& entry : env) {
+    if (entry.rfind(prefix, 0) == 0) return entry.substr(prefix.size());
+  }
+  return std::nullopt;
 }
 
 }  // namespace
@@ -59,6 +68,22 @@ std::vector<std::string> build_worker_env(const std::vector<std::string>& base, 
   };
 
   if (id.virtual_local_rank) overrides["CUDA_VISIBLE_DEVICES"] = own_cuda_device(base, id.local_rank);
+  std::map<std::string, std::string> companion_defaults;
+  if (!id.companion_dir.empty()) {
+    const std::optional<std::string> user_path = value_in(base, "PYTHONPATH");
+    overrides["PYTHONPATH"] = user_path && !user_path->empty() ? id.companion_dir + ":" + *user_path : id.companion_dir;
+    overrides["DDPLAUNCH_COMPANION_PATH"] = id.companion_dir;
+    overrides["DDPLAUNCH_COMPANION_SOCKET"] = id.companion_socket;
+    // PyTorch >= 2.2 with NCCL: a trace of the last collectives, dumped on a
+    // watchdog timeout or when the companion writes to the pipe (torch adds
+    // the rank to both names). Older versions ignore these.
+    companion_defaults = {
+        {"TORCH_NCCL_TRACE_BUFFER_SIZE", "2000"},
+        {"TORCH_NCCL_DUMP_ON_TIMEOUT", "1"},
+        {"TORCH_NCCL_DEBUG_INFO_TEMP_FILE", id.rank_log_dir + "/nccl_trace_rank_"},
+        {"TORCH_NCCL_DEBUG_INFO_PIPE_FILE", id.rank_log_dir + "/nccl_trace_pipe_rank_"},
+    };
+  }
   std::map<std::string, std::string> forced = id.nccl_forced;
   forced.insert(overrides.begin(), overrides.end());
 
@@ -80,6 +105,9 @@ std::vector<std::string> build_worker_env(const std::vector<std::string>& base, 
     if (forced.count(name) == 0 && kept.count(name) == 0 && id.job_env.count(name) == 0) {
       env.push_back(name + "=" + value);
     }
+  }
+  for (const auto& [name, value] : companion_defaults) {
+    if (forced.count(name) == 0 && kept.count(name) == 0) env.push_back(name + "=" + value);
   }
   // NCCL's log goes to the rank's own file, not the console.
   const bool nccl_logs = forced.count("NCCL_DEBUG") != 0 || kept.count("NCCL_DEBUG") != 0 || id.job_env.count("NCCL_DEBUG") != 0;

@@ -41,13 +41,19 @@ struct WorkerIdentity {
   /// Where NCCL logs when NCCL_DEBUG ends up set (NCCL_DEBUG_FILE, unless the
   /// environment names a file itself).
   std::string nccl_debug_file;
+  /// The Python companion (python_companion.h): its bootstrap folder, put
+  /// first on PYTHONPATH, and its channel's socket. Empty: not injected.
+  std::string companion_dir;
+  std::string companion_socket;
 };
 
 /// base: the launcher's environment as "NAME=value" entries. The result keeps
 /// every entry of base except those the identity overrides, and sets, only
 /// where base does not, what torchrun sets by default (OMP_NUM_THREADS=1 when
 /// a node runs several workers, TORCH_NCCL_ASYNC_ERROR_HANDLING=1) and the
-/// identity's node_defaults.
+/// identity's node_defaults. With a companion_dir, PYTHONPATH starts with it
+/// and, where the environment does not set them, PyTorch's NCCL flight
+/// recorder keeps a trace and dumps it into the rank's log folder.
 std::vector<std::string> build_worker_env(const std::vector<std::string>& base, const WorkerIdentity& id);
 
 /// The calling process's environment as "NAME=value" entries, less what

@@ -230,6 +230,7 @@ LaunchPlan resolve_launch_plan(const LaunchOptions& o, const GetEnv& getenv) {
   plan.shutdown_grace = std::chrono::duration_cast<Duration>(std::chrono::duration<double>(o.shutdown_grace_s));
   plan.heartbeat_interval = std::chrono::duration_cast<Duration>(std::chrono::duration<double>(o.heartbeat_interval_s));
   plan.hang_timeout = std::chrono::duration_cast<Duration>(std::chrono::duration<double>(o.hang_timeout_s));
+  plan.python_companion = !o.no_python_companion;
   if (!o.nccl_debug.empty()) {
     std::string level = o.nccl_debug;
     std::transform(level.begin(), level.end(), level.begin(), [](unsigned char c) { return std::toupper(c); });

@@ -70,6 +70,8 @@ struct LaunchPlan {
   std::vector<std::set<int>> rank_cpus;
   /// The signals that stop the job (--signals-to-handle).
   std::vector<int> stop_signals;
+  /// Inject the Python companion into the workers (--no-python-companion: no).
+  bool python_companion = true;
   /// Why some torchrun options change nothing here, for the debug log.
   std::vector<std::string> option_notes;
 };

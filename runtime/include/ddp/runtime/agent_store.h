@@ -7,11 +7,13 @@
 // Threading: thread-safe (one gRPC channel, blocking calls).
 
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "ddp/common/store.h"
 #include "ddp/runtime/flight_recorder.h"
+#include "ddp/runtime/health.h"
 
 namespace ddp {
 
@@ -42,6 +44,11 @@ struct WorkerHeartbeatData {
   uint64_t last_completed = 0;
   std::vector<CollectiveRecord> recent;  // oldest first
   bool exiting = false;                  // the last heartbeat: this worker is leaving
+  /// Every thread's stack, set in the first heartbeat after the launcher
+  /// asked for them (dump_all_thread_stacks()); sent as RankStacks with this
+  /// heartbeat's rank. Plain data owned by this struct: the sender keeps its
+  /// own copy until a heartbeat carrying it got through.
+  std::optional<ProcessStacks> stacks;
 };
 
 class AgentConnection {
@@ -59,8 +66,9 @@ class AgentConnection {
   /// StoreError when refused, unreachable or past timeout.
   std::string nccl_unique_id(int64_t generation, const std::string& comm_key, Duration timeout);
 
-  /// Sends one heartbeat; returns true when the launcher asks this worker to
-  /// dump its threads' stacks. Throws StoreError when refused or unreachable.
+  /// Sends one heartbeat (with heartbeat.stacks when set); returns true when
+  /// the launcher asks this worker to dump its threads' stacks. Throws
+  /// StoreError when refused or unreachable.
   bool send_heartbeat(const WorkerHeartbeatData& heartbeat, Duration timeout);
 
   struct Impl;  // the gRPC stub and credentials (shared with the stores it made)

@@ -18,6 +18,8 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <string>
+#include <vector>
 
 namespace ddp {
 
@@ -51,10 +53,57 @@ class TrainingProgress {
   std::atomic<int64_t> step_started_ns_{0};
 };
 
-/// Writes every thread's stack of this process (a header line per thread,
-/// then its frames) to DDPLAUNCH_RANK_LOG_DIR/stacks.log under ddplaunch, else
-/// to stderr, through a real-time signal each thread handles itself. Asked for by the launcher before it tears down a hung job, so the
-/// logs show where each thread was. Installs its handler on first use.
-void dump_all_thread_stacks();
+// ---- every thread's stack ---------------------------------------------------
+// Asked for by the launcher when it judged the job hung (and by
+// `ddplaunch stacks`): where each thread of this worker is, symbolized, for
+// the rank's stacks.log and for the launcher itself (the next heartbeat
+// carries them, see heartbeat_sender.h). Each thread records its own stack
+// from a real-time signal handler (SIGRTMIN+5, installed on first use); the
+// asking thread waits for the answers, then symbolizes them outside signal
+// context (runtime/src/thread_stacks.h, runtime/src/stack_symbolizer.h).
+
+/// One frame of a thread's stack.
+struct StackFrameInfo {
+  std::string function;  // demangled C++ name; "libfoo.so+0x1a2b" where the object has no symbol there
+  std::string file;      // the source file where the debug information says, else the object file
+  int line = 0;          // 0: unknown
+};
+
+/// One thread of this process.
+struct ThreadStackInfo {
+  std::string name;   // /proc/self/task/<tid>/comm
+  int tid = 0;
+  bool main = false;  // the program's main thread (tid == pid)
+  bool answered = true;
+  std::string note;   // when !answered: why there are no frames (stopped, blocks the signal, ...)
+  std::vector<StackFrameInfo> frames;  // outermost first; the signal handler's own frames are left out
+};
+
+/// Every thread's stack of this process at one moment.
+struct ProcessStacks {
+  int64_t unix_ms = 0;     // when they were taken (wall clock)
+  std::string symbolizer;  // "libdw" (function, file:line, inlined calls) or "dladdr" (function names only)
+  std::vector<ThreadStackInfo> threads;  // the main thread first, then by tid
+};
+
+/// Takes every thread's stack now. Waits at most `wait` for the threads'
+/// answers; one that does not answer is listed with a note and no frames.
+/// Thread-safe (concurrent calls take turns); call it from a normal thread,
+/// never from a signal handler.
+ProcessStacks capture_all_thread_stacks(std::chrono::milliseconds wait = std::chrono::milliseconds(500));
+
+/// The stacks as stacks.log has them: a header line
+///   ddp: every thread's stack (asked by ddplaunch) at <UTC time>: ...
+/// then per thread
+///   Thread <comm> (tid N, main) (most recent call last):
+///     #k function at file:line      (or "in <object>" without line information)
+/// outermost frame first; #0 is the innermost, where the thread is now, as
+/// debuggers number frames.
+std::string format_thread_stacks(const ProcessStacks& stacks);
+
+/// Takes every thread's stack (capture_all_thread_stacks()), appends them to
+/// DDPLAUNCH_RANK_LOG_DIR/stacks.log under ddplaunch (else to stderr) and
+/// returns them for the heartbeat to carry. Thread-safe.
+ProcessStacks dump_all_thread_stacks();
 
 }  // namespace ddp

@@ -1,0 +1,64 @@
+"""Turns the companion on in the one process the launcher spawned as a rank:
+claims the launcher's variables (so children never see them), connects to
+the agent, and installs the heartbeat thread, the torch hooks, the
+excepthook and the fork/exit handlers."""
+
+import atexit
+import os
+import sys
+
+from . import collectives, error_file, torch_hooks
+from .channel import Channel
+from .heartbeat import Agent
+from .progress import STATE
+
+PREFIX = "DDPLAUNCH_COMPANION_"
+
+
+def _int_env(name, default):
+    try:
+        return int(os.environ.get(name, ""))
+    except ValueError:
+        return default
+
+
+def activate():
+    env = os.environ
+    socket_path = env.get(PREFIX + "SOCKET")
+    if not socket_path:
+        return None
+    # Claim: subprocesses and spawn/forkserver children must not find these.
+    for name in [n for n in env if n.startswith(PREFIX)]:
+        env.pop(name, None)
+    try:
+        channel = Channel(socket_path)
+    except OSError as err:
+        sys.stderr.write("ddplaunch companion: cannot reach the agent at %s (%s); "
+                         "running without progress reports\n"
+                         % (socket_path, err.strerror or err))
+        return None
+
+    pid = os.getpid()
+    rank = _int_env("RANK", -1)
+    interval = max(10, _int_env("DDPLAUNCH_HEARTBEAT_INTERVAL_MS", 1000)) / 1000.0
+    agent = Agent(channel, interval, rank, env.get("DDPLAUNCH_RANK_LOG_DIR", ""), pid)
+    os.register_at_fork(after_in_child=agent.after_fork_child)
+
+    torch = sys.modules.get("torch")
+    if torch is not None:
+        STATE.torch = str(getattr(torch, "__version__", "")) or None
+    STATE.sending = True
+    hello = {"type": "hello", "version": 1, "job_id": env.get("DDPLAUNCH_JOB_ID", ""),
+             "token": env.get("DDPLAUNCH_TOKEN", ""), "rank": rank,
+             "local_rank": _int_env("LOCAL_RANK", -1),
+             "generation": _int_env("DDPLAUNCH_ATTEMPT", 0), "pid": pid,
+             "python": "%d.%d.%d" % sys.version_info[:3], "torch": STATE.torch}
+    agent.send(hello)
+    agent.send_heartbeat(1.0)
+
+    collectives.eager_sender = agent.eager
+    torch_hooks.install()
+    error_file.install(pid)
+    atexit.register(agent.at_exit)
+    agent.start()
+    return agent

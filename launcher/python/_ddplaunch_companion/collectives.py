@@ -1,0 +1,190 @@
+"""The flight record of torch.distributed collectives: wrappers that number
+each call on the default group, note what it moved and whether it finished,
+and follow the default group through init and destroy."""
+
+import functools
+import inspect
+import sys
+import threading
+import weakref
+
+from . import progress, wrapping
+from .progress import STATE, COLLECTIVE, SEQ, STATUS, LAST, leave, perf
+
+# torch.distributed name -> op name in the record (the deprecated aliases are
+# recorded as what they do, so ranks using either spelling compare equal).
+# The *_object variants are left alone: they call these, which record.
+COLLECTIVES = {
+    "all_reduce": "all_reduce", "broadcast": "broadcast", "reduce": "reduce",
+    "all_gather": "all_gather", "all_gather_into_tensor": "all_gather_into_tensor",
+    "_all_gather_base": "all_gather_into_tensor", "reduce_scatter": "reduce_scatter",
+    "reduce_scatter_tensor": "reduce_scatter_tensor",
+    "_reduce_scatter_base": "reduce_scatter_tensor", "all_to_all": "all_to_all",
+    "all_to_all_single": "all_to_all_single", "gather": "gather", "scatter": "scatter",
+    "barrier": "barrier",
+}
+EAGER_AFTER = 0.020   # a collective starting this long after the last heartbeat sends one
+MAX_PENDING = 64
+
+eager_sender = None   # set by activation: sends a heartbeat from the calling thread
+_inside = set()       # threads inside a wrapped collective: nested calls count once
+_dtype_names = {}
+
+
+def _dtype_name(dtype):
+    name = _dtype_names.get(dtype)
+    if name is None:
+        name = _dtype_names[dtype] = str(dtype).replace("torch.", "")
+    return name
+
+
+def _arg_index(fn, name):
+    try:
+        return list(inspect.signature(fn).parameters).index(name)
+    except (ValueError, TypeError):
+        return 1 << 30   # never positional: looked up in kwargs only
+
+
+def _collective_wrapper(op, Tensor):
+    S = STATE
+    W = wrapping
+    get_ident = threading.get_ident
+    stack = S.stack
+
+    def make(fn):
+        group_at = _arg_index(fn, "group")
+        async_at = _arg_index(fn, "async_op")
+
+        # The hot path: kept flat (few calls) since it runs on every collective.
+        @functools.wraps(fn)
+        def wrapper(*args, **kwargs):
+            tid = get_ident()
+            if tid in _inside or (W.compiling is not None and W.compiling()):
+                return fn(*args, **kwargs)
+            t0 = perf()
+            rec = None
+            pg = S.pg
+            if pg is not None:
+                try:
+                    group = args[group_at] if len(args) > group_at else kwargs.get("group")
+                    if group is None or group is pg:
+                        rec = _record(op, args, kwargs, t0, Tensor)
+                except Exception:
+                    pass
+            _inside.add(tid)
+            # progress.enter(COLLECTIVE), inlined
+            if S.open_depth == 0:
+                S.open_since = progress.current_seq() if rec is None else rec[SEQ] - 1
+                S.open_fb = False
+            S.open_depth += 1
+            COLLECTIVE.depth += 1
+            stack.append(COLLECTIVE)
+            if rec is not None and S.sending and t0 - S.last_sent > EAGER_AFTER and eager_sender:
+                eager_sender()   # the agent learns what we entered before we may hang in it
+            try:
+                result = fn(*args, **kwargs)
+            except BaseException:
+                if rec is not None:
+                    rec[STATUS] = "failed"
+                raise
+            finally:
+                _inside.discard(tid)
+                leave(COLLECTIVE)
+                S.coll_seconds += perf() - t0
+                if rec is not None:
+                    rec[LAST] = rec[SEQ]
+            if rec is not None and rec[STATUS] == "started":
+                is_async = args[async_at] if len(args) > async_at else kwargs.get("async_op")
+                if is_async and result is not None:
+                    _keep_pending(rec, result)
+                else:
+                    rec[STATUS] = "completed"
+            return result
+        return wrapper
+    return make
+
+
+def _record(op, args, kwargs, t0, Tensor):
+    """Appends the record of a call on the default group: sequence, op, bytes
+    and dtype of the tensors passed, state, start time."""
+    S = STATE
+    nbytes = 0
+    dtype = ""
+    for a in (args + tuple(kwargs.values())) if kwargs else args:
+        if isinstance(a, Tensor):
+            nbytes += a.numel() * a.element_size()
+            if not dtype:
+                dtype = _dtype_names.get(a.dtype) or _dtype_name(a.dtype)
+        elif isinstance(a, (list, tuple)):
+            for x in a:
+                if isinstance(x, Tensor):
+                    nbytes += x.numel() * x.element_size()
+                    if not dtype:
+                        dtype = _dtype_names.get(x.dtype) or _dtype_name(x.dtype)
+    fn = S.seq_fn
+    if fn is not None:
+        try:
+            S.last_seq = fn() - S.base
+        except Exception:
+            pass
+        seq = S.last_seq + 1
+    else:
+        seq = S.own_seq = S.own_seq + 1
+    rec = [seq, op, nbytes, dtype, "started", t0, None]
+    S.records.append(rec)
+    return rec
+
+
+def _keep_pending(rec, work):
+    pending = STATE.pending
+    try:   # a weak reference: we must not keep the Work (and its tensors) alive
+        ref = weakref.ref(work)
+    except TypeError:
+        ref = lambda: work   # noqa: E731 (not weak-referenceable: kept, bounded below)
+    pending.append((rec, ref))
+    if len(pending) > MAX_PENDING:
+        try:
+            del pending[0]
+        except IndexError:
+            pass
+
+
+def _adopt_default_group(c10d, reread_base):
+    try:
+        pg = c10d._get_default_group() if c10d.is_initialized() else None
+    except Exception:
+        pg = None
+    first = not progress.STATE.group_seen
+    progress.set_default_group(pg, reread_base)
+    if first and progress.STATE.group_seen and eager_sender is not None:
+        eager_sender()   # the rank now takes part: its first heartbeat goes out at once
+
+
+def _group_change_wrapper(c10d, reread_base):
+    def make(fn):
+        @functools.wraps(fn)
+        def wrapper(*args, **kwargs):
+            result = fn(*args, **kwargs)
+            _adopt_default_group(c10d, reread_base)
+            return result
+        return wrapper
+    return make
+
+
+def patch(dist):
+    """Wraps the collectives of torch.distributed (and distributed_c10d)."""
+    c10d = sys.modules.get("torch.distributed.distributed_c10d")
+    torch = sys.modules.get("torch")
+    if c10d is None or torch is None:
+        return
+    for name, op in sorted(COLLECTIVES.items()):
+        public = getattr(dist, name, None)
+        wrapper = wrapping.replace(c10d, name, _collective_wrapper(op, torch.Tensor))
+        if wrapper is not None and public is wrapper.__wrapped__:
+            setattr(dist, name, wrapper)   # the same wrapper object in both modules
+    init = wrapping.replace(c10d, "init_process_group", _group_change_wrapper(c10d, True))
+    if init is not None and getattr(dist, "init_process_group", None) is init.__wrapped__:
+        dist.init_process_group = init
+    # Every path that sets or clears the default group goes through this one.
+    wrapping.replace(c10d, "_update_default_pg", _group_change_wrapper(c10d, False))
+    _adopt_default_group(c10d, True)

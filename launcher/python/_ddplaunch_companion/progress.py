@@ -1,0 +1,254 @@
+"""What a heartbeat says: the step counter, the phase stack, the record of
+recent torch.distributed collectives on the default group, and the heartbeat
+message built from them. The torch wrappers write this state from the
+training threads without locks (single list/deque operations are atomic
+under the GIL); the heartbeat builder reads it under the channel lock."""
+
+import collections
+import time
+
+RECENT = 16            # entries a heartbeat carries
+perf = time.perf_counter
+
+# A collective record is a small list (its state changes after the call):
+SEQ, OP, BYTES, DTYPE, STATUS, T0, LAST = range(7)   # LAST: last sequence it consumed
+
+
+class Phase(object):
+    __slots__ = ("name", "opens", "depth")
+
+    def __init__(self, name, opens):
+        self.name = name
+        self.opens = opens   # collectives issued inside stay open until it returns
+        self.depth = 0
+
+
+DATA = Phase("data", False)
+FORWARD = Phase("forward", True)
+BACKWARD = Phase("backward", True)
+OPTIMIZER = Phase("optimizer", False)
+COLLECTIVE = Phase("collective", True)
+CHECKPOINT = Phase("checkpoint", False)
+
+
+class State(object):
+    __slots__ = ("sending", "stack", "open_depth", "open_since", "open_fb", "fb_ranges",
+                 "records", "pending", "seen", "pg", "seq_fn", "base", "own_seq", "last_seq",
+                 "steps", "opt_id", "fwd_count", "t_step", "step_seconds", "busy_seconds",
+                 "coll_seconds", "coll_at_step", "torch", "last_sent", "group_seen", "resend")
+
+    def __init__(self):
+        self.sending = False          # this is the claimed, connected rank process
+        # Heartbeats start once the default process group exists: before it
+        # (imports, data preparation) the rank takes part in no collective,
+        # and `import torch` may hold the GIL for seconds, which would read
+        # as a silent rank.
+        self.group_seen = False
+        self.resend = False           # an eager heartbeat found the channel busy
+        self.stack = []               # active phases, innermost last (one per process)
+        self.open_depth = 0           # nesting of forward/backward/collective
+        self.open_since = 0           # sequence when the outermost of them began
+        self.open_fb = False          # ... and that outermost one is forward/backward
+        self.fb_ranges = collections.deque(maxlen=RECENT)  # (first, last) seqs issued inside forward/backward
+        self.records = collections.deque(maxlen=RECENT)    # wrapped calls on the default group
+        self.pending = []             # (record, weakref to its Work) of async calls
+        self.seen = {}                # sequence -> when a heartbeat first saw an unrecorded one
+        self.pg = None                # the default process group, while it exists
+        self.seq_fn = None            # its _get_sequence_number_for_group, where it has one
+        self.base = 0                 # that number right after init
+        self.own_seq = 0              # otherwise: our count of recorded collectives
+        self.last_seq = 0
+        self.steps = 0
+        self.opt_id = None            # id() of the first optimizer that stepped
+        self.fwd_count = 0
+        self.t_step = None
+        self.step_seconds = 0.0
+        self.busy_seconds = 0.0
+        self.coll_seconds = 0.0       # total time inside wrapped collectives
+        self.coll_at_step = 0.0
+        self.torch = None             # torch.__version__ once torch is imported
+        self.last_sent = 0.0          # perf time of the last heartbeat sent
+
+
+STATE = State()
+
+
+def current_seq():
+    S = STATE
+    fn = S.seq_fn
+    if fn is not None:
+        try:
+            S.last_seq = fn() - S.base
+            return S.last_seq
+        except Exception:
+            return S.last_seq
+    return S.own_seq
+
+
+def set_default_group(pg, reread_base):
+    """The default process group changed (init, destroy) or init returned."""
+    S = STATE
+    if pg is None:
+        if S.pg is not None:
+            # Keep the numbers where they were; drop our reference so the group can go.
+            S.own_seq = current_seq()
+            S.pg = S.seq_fn = None
+        return
+    S.group_seen = True
+    if pg is S.pg and not reread_base:
+        return
+    fn = getattr(pg, "_get_sequence_number_for_group", None)
+    base = 0
+    if fn is not None:
+        try:
+            base = int(fn())
+        except Exception:
+            fn = None
+    if pg is not S.pg or base != S.base:
+        S.records.clear()
+        del S.pending[:]
+        S.fb_ranges.clear()
+        S.seen.clear()
+        S.own_seq = S.last_seq = 0
+    S.pg, S.seq_fn, S.base = pg, fn, base
+
+
+def enter(phase, seq=None):
+    S = STATE
+    if phase.opens:
+        if S.open_depth == 0:
+            S.open_since = current_seq() if seq is None else seq
+            S.open_fb = phase is not COLLECTIVE
+        S.open_depth += 1
+    phase.depth += 1
+    S.stack.append(phase)
+
+
+def leave(phase):
+    S = STATE
+    stack = S.stack
+    if stack and stack[-1] is phase:
+        stack.pop()
+    else:  # another thread's phase ended out of order: drop our innermost entry
+        for i in range(len(stack) - 1, -1, -1):
+            if stack[i] is phase:
+                del stack[i]
+                break
+    phase.depth -= 1
+    if phase.opens:
+        if S.open_depth > 1:
+            S.open_depth -= 1
+            return
+        if S.open_fb:   # note what DDP issued in there before the phase reads as closed
+            last = current_seq()
+            if last > S.open_since:
+                S.fb_ranges.append((S.open_since + 1, last))
+        S.open_depth = 0
+
+
+def _step_done(now):
+    S = STATE
+    if S.t_step is not None:
+        dt = now - S.t_step
+        S.step_seconds = dt
+        S.busy_seconds = max(0.0, dt - (S.coll_seconds - S.coll_at_step))
+    S.t_step = now
+    S.coll_at_step = S.coll_seconds
+
+
+def optimizer_stepped(opt):
+    S = STATE
+    if S.opt_id is None:
+        S.opt_id = id(opt)
+        S.t_step = None   # step times count from the optimizer's first step on
+    if id(opt) == S.opt_id:
+        S.steps += 1
+        _step_done(perf())
+
+
+def forward_done():
+    S = STATE
+    S.fwd_count += 1
+    if S.opt_id is None:
+        _step_done(perf())
+
+
+def _poll_pending(S):
+    """Marks finished async calls completed; returns the oldest open sequence."""
+    oldest = None
+    for item in list(S.pending):
+        rec, ref = item
+        work = ref()
+        try:
+            # A Work the program dropped can no longer be asked: count it done.
+            done = work is None or work.is_completed()
+        except Exception:
+            done = True
+        if done:
+            if rec[STATUS] == "started":
+                rec[STATUS] = "completed"
+            try:
+                S.pending.remove(item)
+            except ValueError:
+                pass
+        elif oldest is None or rec[SEQ] < oldest:
+            oldest = rec[SEQ]
+    return oldest
+
+
+def build_heartbeat(exiting=False):
+    """The heartbeat message (caller holds the channel lock)."""
+    S = STATE
+    now = perf()
+    # Read the group's counter before the records: a wrapped call appends its
+    # record before it issues, so every recorded sequence <= cur is in `recs`.
+    cur = current_seq()
+    recs = list(S.records)
+    oldest_open = _poll_pending(S)
+    top = cur
+    covered = set()
+    for r in recs:
+        last = r[LAST]
+        if last is None:  # a synchronous call in flight owns what was issued since
+            last = max(cur, r[SEQ])
+        covered.update(range(r[SEQ], last + 1))
+        top = max(top, last)
+    completed = cur
+    if S.open_depth > 0:
+        completed = min(completed, S.open_since)
+    if oldest_open is not None:
+        completed = min(completed, oldest_open - 1)
+    completed = max(completed, 0)
+
+    ranges = list(S.fb_ranges)   # a copy: the training thread appends meanwhile
+    entries = [(r[SEQ], r[OP], r[BYTES], r[DTYPE], r[STATUS], r[T0]) for r in recs]
+    # Sequences nobody recorded: DDP's own bucket all-reduces (C++), or calls we
+    # do not wrap. Inside forward/backward they are DDP's all-reduces.
+    for k in range(max(1, top - RECENT + 1), cur + 1):
+        if k in covered:
+            continue
+        t0 = S.seen.setdefault(k, now)
+        in_fb = (S.open_depth > 0 and S.open_fb and k > S.open_since) or \
+            any(a <= k <= b for a, b in ranges)
+        entries.append((k, "all_reduce" if in_fb else "unknown", 0, "",
+                        "completed" if k <= completed else "started", t0))
+    for k in [k for k in S.seen if k <= top - 2 * RECENT]:
+        del S.seen[k]
+    entries.sort(key=lambda e: e[0])
+    recent = [{"sequence": e[0], "op": e[1], "bytes": e[2], "dtype": e[3], "state": e[4],
+               "age_ms": int((now - e[5]) * 1000)} for e in entries[-RECENT:]]
+
+    if S.opt_id is not None:
+        step = S.steps
+    elif S.fwd_count:
+        step = S.fwd_count
+    else:
+        step = -1
+    try:
+        phase = S.stack[-1].name
+    except IndexError:
+        phase = "other"
+    return {"type": "heartbeat", "step": step, "phase": phase,
+            "step_seconds": S.step_seconds, "busy_seconds": S.busy_seconds,
+            "last_enqueued": top, "last_started": top, "last_completed": completed,
+            "recent": recent, "exiting": bool(exiting), "torch": S.torch}

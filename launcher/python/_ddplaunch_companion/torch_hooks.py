@@ -1,0 +1,198 @@
+"""The import hook: once the top-level torch module has finished importing
+(never before, and never importing torch ourselves), wraps what a heartbeat
+reports: the phases (data, forward, backward, optimizer, checkpoint), the
+optimizer's steps, and the collectives (collectives.py). Every wrapper calls
+the original with the same arguments and hands back its result or exception."""
+
+import functools
+import inspect
+import sys
+import types
+import weakref
+
+from . import collectives, progress, wrapping
+from .progress import BACKWARD, CHECKPOINT, DATA, FORWARD, OPTIMIZER, STATE, enter, leave
+
+
+class TorchImportWatcher(object):
+    """A sys.meta_path finder that only watches: it lets the other finders find
+    torch (and a few of its submodules) and runs the patches once they loaded."""
+
+    def __init__(self):
+        self.torch_done = False
+        self.patched = set()
+
+    def find_spec(self, name, path=None, target=None):
+        if name != "torch" and name not in PATCHES:
+            return None
+        spec = None
+        for finder in list(sys.meta_path):
+            if finder is self or not hasattr(finder, "find_spec"):
+                continue
+            spec = finder.find_spec(name, path, target)
+            if spec is not None:
+                break
+        loader = spec.loader if spec is not None else None
+        exec_module = getattr(loader, "exec_module", None)
+        if exec_module is None:
+            return spec
+        watcher = self
+
+        def exec_then_patch(module):
+            try:
+                exec_module(module)
+            finally:
+                try:  # back to the loader's own method
+                    del loader.exec_module
+                except AttributeError:
+                    pass
+            watcher.loaded(name)
+        try:
+            loader.exec_module = exec_then_patch   # this loader instance only
+        except (AttributeError, TypeError):
+            pass
+        return spec
+
+    def loaded(self, name):
+        try:
+            if name == "torch":
+                self.torch_done = True
+                torch = sys.modules.get("torch")
+                STATE.torch = str(getattr(torch, "__version__", "")) or None
+                wrapping.setup_compiling(sys.modules)
+                for target in ["torch"] + sorted(PATCHES):
+                    self.patch(target)
+            elif self.torch_done:
+                self.patch(name)
+        except Exception as err:  # never break the user's import of torch
+            sys.stderr.write("ddplaunch companion: cannot watch torch (%s: %s)\n"
+                             % (type(err).__name__, " ".join(str(err).split())))
+
+    def patch(self, name):
+        module = sys.modules.get(name)
+        if module is None or name in self.patched:
+            return
+        self.patched.add(name)
+        (_patch_torch if name == "torch" else PATCHES[name])(module)
+
+
+def install():
+    watcher = TorchImportWatcher()
+    sys.meta_path.insert(0, watcher)
+    if "torch" in sys.modules:   # activated late: torch is already there
+        watcher.loaded("torch")
+    return watcher
+
+
+# ------------------------------------------------------------------ phases
+
+def _phase_wrapper(phase):
+    def make(fn):
+        W = wrapping
+
+        @functools.wraps(fn)
+        def wrapper(*args, **kwargs):
+            if W.compiling is not None and W.compiling():
+                return fn(*args, **kwargs)
+            enter(phase)
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                leave(phase)
+        return wrapper
+    return make
+
+
+def _patch_torch(torch):
+    backward = _phase_wrapper(BACKWARD)
+    wrapping.replace(torch.Tensor, "backward", backward)
+    wrapping.replace(torch.autograd, "backward", backward)
+    save = wrapping.replace(torch, "save", _phase_wrapper(CHECKPOINT))
+    serialization = sys.modules.get("torch.serialization")
+    if save is not None and getattr(serialization, "save", None) is save.__wrapped__:
+        serialization.save = save
+
+
+def _patch_dataloader(module):
+    owner = getattr(module, "_BaseDataLoaderIter", None)
+    wrapping.replace(owner, "__next__", _phase_wrapper(DATA))
+
+
+def _ddp_forward(fn):
+    W = wrapping
+
+    @functools.wraps(fn)
+    def forward(*args, **kwargs):
+        if W.compiling is not None and W.compiling():
+            return fn(*args, **kwargs)
+        enter(FORWARD)
+        try:
+            out = fn(*args, **kwargs)
+        finally:
+            leave(FORWARD)
+        if FORWARD.depth == 0:
+            progress.forward_done()
+        return out
+    return forward
+
+
+def _patch_ddp(module):
+    owner = getattr(module, "DistributedDataParallel", None)
+    wrapping.replace(owner, "forward", _ddp_forward)
+
+
+# ---------------------------------------------------------------- optimizer
+
+def _step_wrapper(fn):
+    W = wrapping
+
+    @functools.wraps(fn)
+    def step(self, *args, **kwargs):
+        if OPTIMIZER.depth or (W.compiling is not None and W.compiling()):
+            return fn(self, *args, **kwargs)   # e.g. a subclass's step calling super().step()
+        enter(OPTIMIZER)
+        try:
+            result = fn(self, *args, **kwargs)
+        finally:
+            leave(OPTIMIZER)
+        progress.optimizer_stepped(self)
+        return result
+    return step
+
+
+def _init_wrapper(fn):
+    seen = weakref.WeakSet()   # optimizer classes whose step we looked at
+
+    @functools.wraps(fn)
+    def init(self, *args, **kwargs):
+        result = fn(self, *args, **kwargs)
+        cls = type(self)
+        if cls not in seen:
+            seen.add(cls)
+            try:
+                # Only a plain function: a staticmethod/classmethod would bind differently.
+                if isinstance(inspect.getattr_static(cls, "step", None), types.FunctionType):
+                    wrapping.replace(cls, "step", _step_wrapper)
+            except Exception:
+                pass
+        return result
+    return init
+
+
+def _patch_optimizer(module):
+    wrapping.replace(getattr(module, "Optimizer", None), "__init__", _init_wrapper)
+
+
+def _patch_dynamo(dynamo):
+    if wrapping.compiling is None:   # before torch 2.3: torch._dynamo.is_compiling
+        wrapping.setup_compiling(sys.modules)
+
+
+# module name -> its patch, run once that module (and torch) finished importing
+PATCHES = {
+    "torch._dynamo": _patch_dynamo,
+    "torch.distributed": collectives.patch,
+    "torch.nn.parallel.distributed": _patch_ddp,
+    "torch.optim.optimizer": _patch_optimizer,
+    "torch.utils.data.dataloader": _patch_dataloader,
+}

@@ -1,0 +1,163 @@
+#include "companion/companion_messages.h"
+
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <limits>
+
+#include "health/heartbeat_proto.h"
+
+namespace ddp {
+namespace {
+
+using json = nlohmann::json;
+
+// Caps on what one message may carry: more is cut, not refused.
+constexpr size_t kMaxRecent = 64;
+constexpr size_t kMaxThreads = 64;
+constexpr size_t kMaxFrames = 256;
+constexpr size_t kMaxText = 4096;
+
+std::optional<json> parse_object(const std::string& text) {
+  json j = json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (!j.is_object()) return std::nullopt;
+  return j;
+}
+
+std::string text_field(const json& j, const char* key) {
+  const auto it = j.find(key);
+  if (it == j.end() || !it->is_string()) return {};
+  std::string s = it->get<std::string>();
+  if (s.size() > kMaxText) s.resize(kMaxText);
+  return s;
+}
+
+int64_t int_field(const json& j, const char* key, int64_t fallback) {
+  const auto it = j.find(key);
+  if (it == j.end()) return fallback;
+  if (it->is_number_integer()) return it->get<int64_t>();
+  if (it->is_number_unsigned()) {
+    const uint64_t v = it->get<uint64_t>();
+    return v > static_cast<uint64_t>(std::numeric_limits<int64_t>::max()) ? fallback : static_cast<int64_t>(v);
+  }
+  return fallback;
+}
+
+uint64_t sequence_field(const json& j, const char* key) { return static_cast<uint64_t>(std::max<int64_t>(int_field(j, key, 0), 0)); }
+
+double seconds_field(const json& j, const char* key) {
+  const auto it = j.find(key);
+  if (it == j.end() || !it->is_number()) return 0;
+  const double v = it->get<double>();
+  return v >= 0 && v < 1e9 ? v : 0;
+}
+
+bool bool_field(const json& j, const char* key) {
+  const auto it = j.find(key);
+  return it != j.end() && it->is_boolean() && it->get<bool>();
+}
+
+int int32_field(const json& j, const char* key, int fallback) {
+  const int64_t v = int_field(j, key, fallback);
+  return v < std::numeric_limits<int>::min() || v > std::numeric_limits<int>::max() ? fallback : static_cast<int>(v);
+}
+
+}  // namespace
+
+CompanionMessageKind companion_message_kind(const std::string& text) {
+  const std::optional<json> j = parse_object(text);
+  if (!j) return CompanionMessageKind::kUnknown;
+  const std::string type = text_field(*j, "type");
+  if (type == "hello") return CompanionMessageKind::kHello;
+  if (type == "heartbeat") return CompanionMessageKind::kHeartbeat;
+  if (type == "stacks") return CompanionMessageKind::kStacks;
+  if (type == "flight_recorder") return CompanionMessageKind::kFlightRecorder;
+  return CompanionMessageKind::kUnknown;
+}
+
+std::optional<CompanionHello> parse_companion_hello(const std::string& text) {
+  const std::optional<json> j = parse_object(text);
+  if (!j || text_field(*j, "type") != "hello") return std::nullopt;
+  CompanionHello h;
+  h.job_id = text_field(*j, "job_id");
+  h.token = text_field(*j, "token");
+  h.rank = int32_field(*j, "rank", -1);
+  h.local_rank = int32_field(*j, "local_rank", -1);
+  h.generation = int_field(*j, "generation", -1);
+  h.python = text_field(*j, "python");
+  h.torch = text_field(*j, "torch");
+  if (h.rank < 0 || h.generation < 0) return std::nullopt;
+  return h;
+}
+
+std::optional<RankReport> parse_companion_heartbeat(const std::string& text, const CompanionHello& hello, int pid,
+                                                    int node_rank, const std::string& host) {
+  const std::optional<json> j = parse_object(text);
+  if (!j || text_field(*j, "type") != "heartbeat") return std::nullopt;
+  RankReport r;
+  r.rank = hello.rank;
+  r.local_rank = hello.local_rank;
+  r.node_rank = node_rank;
+  r.host = host;
+  r.pid = pid;
+  r.step = std::max<int64_t>(int_field(*j, "step", -1), -1);
+  r.phase = phase_from_string(text_field(*j, "phase"));
+  r.step_seconds = seconds_field(*j, "step_seconds");
+  r.busy_seconds = seconds_field(*j, "busy_seconds");
+  r.last_enqueued = sequence_field(*j, "last_enqueued");
+  r.last_started = sequence_field(*j, "last_started");
+  r.last_completed = sequence_field(*j, "last_completed");
+  r.exiting = bool_field(*j, "exiting");
+  const auto recent = j->find("recent");
+  if (recent != j->end() && recent->is_array()) {
+    // The newest entries matter: keep the tail when there are too many.
+    const size_t skip = recent->size() > kMaxRecent ? recent->size() - kMaxRecent : 0;
+    for (size_t i = skip; i < recent->size(); ++i) {
+      const json& c = (*recent)[i];
+      if (!c.is_object()) continue;
+      CollectiveSeen seen;
+      seen.sequence = sequence_field(c, "sequence");
+      seen.op = text_field(c, "op");
+      seen.bytes = std::max<int64_t>(int_field(c, "bytes", 0), 0);
+      seen.dtype = text_field(c, "dtype");
+      seen.state = text_field(c, "state");
+      seen.age = std::chrono::milliseconds(std::max<int64_t>(int_field(c, "age_ms", 0), 0));
+      r.recent.push_back(std::move(seen));
+    }
+  }
+  return r;
+}
+
+std::optional<RankStacks> parse_companion_stacks(const std::string& text, int rank) {
+  const std::optional<json> j = parse_object(text);
+  if (!j || text_field(*j, "type") != "stacks") return std::nullopt;
+  RankStacks out;
+  out.rank = rank;
+  out.language = "python";
+  const auto threads = j->find("threads");
+  if (threads == j->end() || !threads->is_array()) return out;
+  for (const json& t : *threads) {
+    if (out.threads.size() >= kMaxThreads) break;
+    if (!t.is_object()) continue;
+    ThreadStack thread;
+    thread.name = text_field(t, "name");
+    thread.main = bool_field(t, "main");
+    const auto frames = t.find("frames");
+    if (frames != t.end() && frames->is_array()) {
+      // Outermost first: keep the innermost frames when there are too many.
+      const size_t skip = frames->size() > kMaxFrames ? frames->size() - kMaxFrames : 0;
+      for (size_t i = skip; i < frames->size(); ++i) {
+        const json& f = (*frames)[i];
+        if (!f.is_object()) continue;
+        thread.frames.push_back(
+            {text_field(f, "function"), text_field(f, "file"), std::max(int32_field(f, "line", 0), 0), text_field(f, "code")});
+      }
+    }
+    out.threads.push_back(std::move(thread));
+  }
+  return out;
+}
+
+std::string companion_dump_request() { return R"({"type":"dump_stacks"})"; }
+
+}  // namespace ddp

@@ -1,0 +1,138 @@
+"""What heartbeats say about a torch program: steps, phases, and the record
+of collectives (world size 1, Gloo on CPU)."""
+
+import time
+import unittest
+
+from companion_harness import CompanionTestCase, skip_without_torch
+
+
+def heartbeat(m):
+    return m["type"] == "heartbeat"
+
+
+@skip_without_torch
+class TorchProgressTest(CompanionTestCase):
+    interval_ms = 50
+
+    def test_ddp_steps_and_collectives(self):
+        steps = 3
+        rank = self.start("ddp_train.py", self.tmp / "init", steps)
+        conn, _ = self.accept_rank(rank)
+        seen_steps = []
+        for step in range(1, steps + 1):
+            rank.wait_line(lambda l: l == "step %d" % step, 60, "step %d" % step)
+            hb = conn.wait_for(lambda m: heartbeat(m) and m["step"] == step and
+                               m["last_completed"] == m["last_enqueued"], 30, "idle heartbeat")
+            seen_steps.append(hb["step"])
+            self.assertEqual(hb["phase"], "other")
+            self.assertEqual(hb["last_started"], hb["last_enqueued"])
+            if step == 1:
+                # About one heartbeat per interval (50 ms): loose bounds for a busy machine.
+                times = []
+                for _ in range(6):
+                    conn.wait_for(heartbeat, 10, "heartbeat")
+                    times.append(time.monotonic())
+                mean = (times[-1] - times[0]) / (len(times) - 1)
+                self.assertGreater(mean, 0.025)
+                self.assertLess(mean, 0.5)
+            rank.write("\n")
+        self.assertEqual(seen_steps, [1, 2, 3])
+
+        rank.wait_line(lambda l: l == "done", 60, "done")
+        hb = conn.wait_for(lambda m: heartbeat(m) and m["last_completed"] == m["last_enqueued"]
+                           and any(r["op"] == "barrier" for r in m["recent"]), 30, "final heartbeat")
+        self.assertRegex(hb["torch"], r"^\d+\.\d+")
+        self.assertEqual(hb["step"], steps)
+        self.assertGreater(hb["step_seconds"], 0)
+        self.assertLessEqual(hb["busy_seconds"], hb["step_seconds"])
+        recent = hb["recent"]
+        seqs = [r["sequence"] for r in recent]
+        self.assertEqual(seqs, sorted(set(seqs)), recent)
+        self.assertEqual(seqs[-1], hb["last_enqueued"])
+        self.assertTrue(all(r["state"] == "completed" for r in recent), recent)
+        user = [r for r in recent if r["bytes"] == 64]
+        self.assertEqual(len(user), steps, recent)
+        for r in user:
+            self.assertEqual((r["op"], r["dtype"]), ("all_reduce", "float32"))
+        # DDP's bucket all-reduce (C++, not wrapped) fills the sequence in between.
+        ddp = [r for r in recent if r["bytes"] == 0 and r["op"] == "all_reduce"]
+        self.assertGreaterEqual(len(ddp), steps - 1, recent)
+        self.assertEqual([(r["op"], r["bytes"], r["dtype"]) for r in recent[-2:]],
+                         [("all_reduce", 16, "float64"), ("barrier", 0, "")])
+
+        self.assertEqual(rank.finish(), 0, rank.stderr_text())
+        self.assertTrue(conn.wait_for(lambda m: m.get("exiting"), 20, "exiting heartbeat"))
+
+    def test_heartbeat_as_collective_starts(self):
+        # No regular heartbeat within the test: what arrives is sent by the
+        # main thread as all_reduce starts (the last send was long enough ago).
+        self.interval_ms = 600000
+        rank = self.start("eager.py", self.tmp / "init")
+        conn, _ = self.accept_rank(rank)
+        conn.wait_for(heartbeat, 10, "first heartbeat")   # sent as the process group appears
+        first_at = time.monotonic()
+        rank.wait_line(lambda l: l == "ready", 60, "ready")
+        # Eager heartbeats are at most one per 20 ms: start the collective after that.
+        time.sleep(max(0.0, first_at + 0.05 - time.monotonic()))
+        rank.write("\n")
+        hb = conn.wait_for(heartbeat, 30, "heartbeat from the starting collective")
+        self.assertEqual(hb["phase"], "collective")
+        last = hb["recent"][-1]
+        self.assertEqual((last["op"], last["bytes"], last["dtype"], last["state"]),
+                         ("all_reduce", 40, "float32", "started"))
+        self.assertEqual(hb["last_enqueued"], last["sequence"])
+        self.assertEqual(hb["last_completed"], last["sequence"] - 1)
+        rank.wait_line(lambda l: l == "done", 60, "done")
+        self.assertEqual(rank.finish(), 0, rank.stderr_text())
+        hb = conn.wait_for(lambda m: m.get("exiting"), 20, "exiting heartbeat")
+        self.assertEqual(hb["recent"][-1]["state"], "completed")
+        self.assertEqual(hb["last_completed"], hb["last_enqueued"])
+
+    def test_blocked_in_collective(self):
+        # Rank 0 waits in a barrier (in C++, GIL released) until rank 1 joins.
+        init = self.tmp / "init"
+        rank0 = self.start("stuck_collective.py", 0, init, env=self.rank_env(GLOO_SOCKET_IFNAME="lo"))
+        rank1 = self.start("stuck_collective.py", 1, init,
+                           env=self.rank_env(companion=False, GLOO_SOCKET_IFNAME="lo"))
+        conn, _ = self.accept_rank(rank0)
+        rank0.wait_line(lambda l: l == "waiting", 60, "waiting")
+        # (heartbeats from the first all_reduce, waiting for rank 1 to start, may come first)
+        hb = conn.wait_for(lambda m: heartbeat(m) and m["phase"] == "collective" and
+                           m["recent"][-1]["op"] == "barrier", 30, "heartbeat in the barrier")
+        last = hb["recent"][-1]
+        self.assertEqual(last["state"], "started")
+        self.assertEqual(hb["last_completed"], last["sequence"] - 1)
+        conn.send({"type": "dump_stacks"})
+        msg = conn.wait_for(lambda m: m["type"] == "stacks", 5, "stacks while blocked")
+        main = [t for t in msg["threads"] if t["main"]][0]
+        self.assertIn("barrier", [f["function"] for f in main["frames"]])
+        self.assertTrue(main["frames"][-1]["file"].endswith("distributed_c10d.py"), main)
+        rank1.write("\n")
+        rank0.wait_line(lambda l: l == "done", 60, "done")
+        hb = conn.wait_for(lambda m: heartbeat(m) and m["phase"] == "other", 30, "idle heartbeat")
+        self.assertEqual(hb["recent"][-1]["state"], "completed")
+        self.assertEqual(hb["last_completed"], hb["last_enqueued"])
+        self.assertEqual(rank0.finish(), 0, rank0.stderr_text())
+        self.assertEqual(rank1.finish(), 0, rank1.stderr_text())
+
+    def test_phases(self):
+        rank = self.start("phases.py", self.tmp / "init")
+        conn, _ = self.accept_rank(rank)
+        for phase in ("data", "forward", "backward", "optimizer", "checkpoint"):
+            rank.wait_line(lambda l: l == "at " + phase, 60, "at " + phase)
+            hb = conn.wait_for(lambda m: heartbeat(m) and m["phase"] == phase, 30,
+                               "heartbeat in phase " + phase)
+            if phase in ("forward", "backward"):
+                self.assertLessEqual(hb["last_completed"], hb["last_enqueued"])
+            if phase == "checkpoint":
+                self.assertEqual(hb["step"], 1)   # MySGD.step -> SGD.step counted once
+            rank.write("\n")
+        rank.wait_line(lambda l: l == "done", 60, "done")
+        hb = conn.wait_for(lambda m: heartbeat(m) and m["phase"] == "other", 30, "idle heartbeat")
+        self.assertEqual(hb["step"], 1)
+        self.assertEqual(rank.finish(), 0, rank.stderr_text())
+
+
+if __name__ == "__main__":
+    unittest.main()

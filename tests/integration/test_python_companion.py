@@ -1,0 +1,290 @@
+"""Hangs and crashes of unmodified PyTorch scripts (Gloo, DDP, torch 1.13), diagnosed
+through the Python companion that ddplaunch injects into every Python rank.
+
+Each job runs workers/torch_ddp_trouble.py, a plain DDP script that knows nothing of
+ddplaunch, on 3 ranks with --heartbeat-interval 0.5 and a short hang timeout, and
+injects one trouble (a rank blocked in data loading, a skipped all_reduce, a different
+tensor size, an exception, a crash in a DataLoader worker), or is stopped from outside
+with SIGSTOP. The tests check who is named and how fast (from the trouble line the rank
+prints to the report line, this process's clock), the merged stacks (ranks grouped by
+identical stack, the odd group named), failure.json, the exit code, and that nothing is
+left running. Others check `ddplaunch status` and `ddplaunch stacks` on a running job,
+that DataLoader workers never report as the rank, that the user's own sitecustomize
+still runs, and --no-python-companion.
+"""
+
+import json
+import os
+import re
+import signal
+import subprocess
+import time
+import unittest
+
+from launcher_harness import BIN, LauncherTestCase, find_marked, is_alive, torch_available, wait_until, worker
+from test_hangs import Watch, proc_env_rank
+
+HB = 0.5
+HANG = 3.0
+SLACK_S = float(os.environ.get("DDPT_HANG_SLACK", "2.5"))
+DETECT_BOUND = HANG + 2 * HB + SLACK_S
+HANG_EXIT = 124
+NPROC = 3
+SCRIPT = worker("torch_ddp_trouble.py")
+PHASES = {"data", "forward", "backward", "optimizer", "collective", "checkpoint", "other", "unknown"}
+
+TROUBLE_RE = re.compile(r"^\[0:(\d+)\] torch_ddp_trouble: ([\w-]+) at step (\d+)")
+STUCK_RE = re.compile(r"error: stuck_collective detected: rank (\d+) \(host \S+, pid (\d+), step (\d+), "
+                      r"phase (\w+)\) never entered (\w+) #(\d+) .*that ranks? ([\d,]+) ha(?:s|ve) waited")
+DESYNC_RE = re.compile(r"error: desync detected: desync at collective #(\d+): (.*)")
+SILENT_RE = re.compile(r"error: silent_rank detected: rank (\d+) \(host \S+, pid (\d+)")
+GROUP_RE = re.compile(r"^  ranks? ([\d,-]+) \((\d+) of (\d+)\): (.*?)(   <- likely culprit)?$")
+
+
+def merged_groups(text):
+    """{ranks text: (stack display, likely culprit)} of the merged-stacks lines."""
+    groups = {}
+    for line in text.splitlines():
+        m = GROUP_RE.match(line)
+        if m:
+            groups[m.group(1)] = (m.group(4), bool(m.group(5)))
+    return groups
+
+
+@unittest.skipUnless(torch_available(), "needs python3-torch (PYTHON_EXEC)")
+class PythonCompanionTestCase(LauncherTestCase):
+    def env(self, extra=None, drop=()):
+        e = super().env(extra, drop)
+        e["OMP_NUM_THREADS"] = "1"
+        return e
+
+    def start_script(self, *script_args, launcher_args=(), hang=HANG, env_extra=None):
+        args = [f"--nproc-per-node={NPROC}", f"--heartbeat-interval={HB}", f"--hang-timeout={hang}",
+                *launcher_args, SCRIPT, *script_args]
+        launch = self.start(args, env_extra=env_extra)
+        return launch, Watch(launch)
+
+    def finish_watched(self, launch, watch, timeout):
+        t_exit = watch.run_to_exit(timeout)
+        return self.finish(launch, timeout=0.1 if t_exit else 1.0), t_exit
+
+    def run_trouble(self, trouble, timeout=90):
+        launch, w = self.start_script("--trouble", trouble)
+        res, t_exit = self.finish_watched(launch, w, timeout)
+        self.assertIsNotNone(t_exit, "ddplaunch did not exit" + res.describe())
+        return res, w
+
+    def assert_detected_in_time(self, watch, verdict, res):
+        trouble = watch.first(TROUBLE_RE, "err")
+        self.assertIsNotNone(trouble, "no trouble line" + res.describe())
+        latency = verdict[0] - trouble[0]
+        self.assertLess(latency, DETECT_BOUND, f"reported {latency:.2f} s after the trouble" + res.describe())
+        return latency
+
+    def stacks_json(self):
+        r = subprocess.run([str(BIN), "stacks", "--job", self.job_id, "--json", "--wait", "10"],
+                           stdin=subprocess.DEVNULL, capture_output=True, text=True, env=self.env(), timeout=30)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        return json.loads(r.stdout)
+
+    def status_ranks(self):
+        r = subprocess.run([str(BIN), "status", "--job", self.job_id, "--json"], stdin=subprocess.DEVNULL,
+                           capture_output=True, text=True, env=self.env(), timeout=10)
+        if r.returncode != 0:
+            return {}
+        return {x["rank"]: x for x in json.loads(r.stdout)["ranks"]["ranks"]}
+
+    def wait_until_all_report(self, min_step=3, timeout=60):
+        """Every rank monitored through its companion and past min_step."""
+        seen = {}
+
+        def ready():
+            seen.clear()
+            seen.update(self.status_ranks())
+            return len(seen) == NPROC and all(r.get("monitored") and r.get("step", -1) >= min_step
+                                              for r in seen.values())
+        self.assertTrue(wait_until(ready, timeout, interval=0.2), f"ranks never all reported: {seen}")
+        return dict(seen)
+
+
+class PythonHangTests(PythonCompanionTestCase):
+    def test_rank_blocked_in_data_loading(self):
+        res, w = self.run_trouble("data-hang@20:2")
+        self.assertEqual(res.rc, HANG_EXIT, res.describe())
+        stuck = w.first(STUCK_RE, "err")
+        self.assertIsNotNone(stuck, "no stuck_collective report" + res.describe())
+        m = stuck[1]
+        self.assertEqual(int(m.group(1)), 2, res.describe())
+        self.assertEqual(m.group(4), "data", res.describe())
+        self.assertEqual(m.group(5), "all_reduce", res.describe())
+        self.assertEqual(m.group(7), "0,1", res.describe())
+        self.assert_detected_in_time(w, stuck, res)
+
+        groups = merged_groups(res.err)
+        self.assertIn("2", groups, res.describe())
+        culprit_stack, culprit = groups["2"]
+        self.assertTrue(culprit, res.describe())
+        self.assertRegex(culprit_stack, r"torch_ddp_trouble\.py:\d+ main \(for step, \(x, y\) in enumerate\(loader\):\)")
+        self.assertRegex(culprit_stack, r"torch_ddp_trouble\.py:\d+ __getitem__ \(time\.sleep\(3600\)\)$")
+        waiting_stack, waiting_culprit = groups["0,1"]
+        self.assertFalse(waiting_culprit)
+        self.assertIn("(loss.backward())", waiting_stack)
+        self.assertNotIn("_ddplaunch_companion", res.err.split("grouped by identical stack")[1].split("stopping")[0])
+
+        hang = self.failure_json()["hang"]
+        self.assertEqual(hang["kind"], "stuck_collective")
+        self.assertEqual(hang["culprits"], [2])
+        by_ranks = {tuple(g["ranks"]): g for g in hang["stacks"]["groups"]}
+        self.assertEqual(set(by_ranks), {(0, 1), (2,)})
+        self.assertTrue(by_ranks[(2,)]["likely_culprit"])
+        self.assertEqual(hang["stacks"]["did_not_answer"], [])
+        for r in range(NPROC):
+            text = (self.rank_dir(r) / "stacks.log").read_text()
+            self.assertIn("MainThread", text)
+        self.assertIn("time.sleep(3600)", (self.rank_dir(2) / "stacks.log").read_text())
+        self.assert_no_leftovers(timeout=2.0)
+
+    def test_rank_that_skips_an_all_reduce(self):
+        res, w = self.run_trouble("skip@10:1")
+        self.assertEqual(res.rc, HANG_EXIT, res.describe())
+        desync = w.first(DESYNC_RE, "err")
+        self.assertIsNotNone(desync, "no desync report" + res.describe())
+        self.assertRegex(desync[1].group(2), r"^ranks 0,2 all_reduce 4 B float32, rank 1 barrier")
+        self.assert_detected_in_time(w, desync, res)
+        hang = self.failure_json()["hang"]
+        self.assertEqual(hang["kind"], "desync")
+        self.assertEqual(hang["culprits"], [1])
+        groups = merged_groups(res.err)
+        self.assertIn("(dist.barrier())", groups["1"][0], res.describe())
+        self.assertTrue(groups["1"][1], res.describe())
+        self.assertIn("(dist.all_reduce(metric))", groups["0,2"][0], res.describe())
+        self.assert_no_leftovers(timeout=2.0)
+
+    def test_rank_that_issues_a_different_size(self):
+        # Gloo aborts a process on mismatched sizes within milliseconds; the
+        # report names the desync either as the verdict or behind the crash.
+        res, w = self.run_trouble("size@10:1")
+        self.assertNotEqual(res.rc, 0, res.describe())
+        self.assertRegex(res.err, r"desync at collective #\d+: ranks 0,2 all_reduce 4 B float32, "
+                                  r"rank 1 all_reduce 3\.9 KiB \(4000 B\) float32", res.describe())
+        self.assert_no_leftovers(timeout=2.0)
+
+    def test_sigstop_of_a_rank(self):
+        launch, w = self.start_script()
+        ranks = self.wait_until_all_report()
+        victim = ranks[1]["pid"]
+        self.assertEqual(proc_env_rank(victim), 1)
+        os.kill(victim, signal.SIGSTOP)
+        t_stop = time.monotonic()
+        silent = w.wait_for(SILENT_RE, DETECT_BOUND + 5, "err")
+        res, t_exit = self.finish_watched(launch, w, 40)
+        self.assertIsNotNone(silent, "no silent_rank report" + res.describe())
+        self.assertEqual(int(silent[1].group(1)), 1, res.describe())
+        self.assertEqual(int(silent[1].group(2)), victim, res.describe())
+        self.assertLess(silent[0] - t_stop, DETECT_BOUND, res.describe())
+        self.assertEqual(res.rc, HANG_EXIT, res.describe())
+        groups = merged_groups(res.err)
+        self.assertIn("1", groups, res.describe())
+        self.assertIn("stopped by a signal (state T", groups["1"][0])
+        self.assertFalse(is_alive(victim, self.token), f"stopped rank {victim} survived")
+        self.assert_no_leftovers(timeout=2.0)
+
+
+class PythonCrashTests(PythonCompanionTestCase):
+    def test_exception_without_record_writes_the_error_file(self):
+        res, _ = self.run_trouble("raise@5:2")
+        self.assertEqual(res.rc, 1, res.describe())
+        error = json.loads((self.rank_dir(2) / "error.json").read_text())
+        self.assertEqual(error["message"]["message"], "ValueError: bad value at step 5")
+        self.assertIn('raise ValueError(f"bad value at step {step}")', error["message"]["extraInfo"]["py_callstack"])
+        root = self.failure_json()["root_cause"]
+        self.assertEqual(root["rank"], 2)
+        self.assertIn("ValueError: bad value at step 5", root["traceback"])
+        self.assertRegex(res.err, r"traceback : Traceback \(most recent call last\):")
+        self.assert_no_leftovers(timeout=2.0)
+
+    def test_crash_in_a_dataloader_worker(self):
+        res, _ = self.run_trouble("loader-crash@5:1")
+        self.assertEqual(res.rc, 1, res.describe())
+        root = self.failure_json()["root_cause"]
+        self.assertEqual(root["rank"], 1, res.describe())
+        self.assertIn("Caught RuntimeError in DataLoader worker process 0", root["traceback"])
+        self.assertIn("corrupt sample 5", root["traceback"])
+        self.assert_no_leftovers(timeout=2.0)
+
+
+class PythonLiveViewTests(PythonCompanionTestCase):
+    def test_status_and_stacks_of_a_running_job(self):
+        launch, w = self.start_script("--step-sleep", "0.05")
+        ranks = self.wait_until_all_report(min_step=5)
+        for r, info in ranks.items():
+            self.assertIn(info["phase"], PHASES)
+            self.assertEqual(proc_env_rank(info["pid"]), r)
+        merged = self.stacks_json()
+        self.assertEqual(merged["asked"], NPROC)
+        self.assertEqual(merged["did_not_answer"], [])
+        answered = sorted(r for g in merged["groups"] for r in g["ranks"])
+        self.assertEqual(answered, list(range(NPROC)))
+        for g in merged["groups"]:
+            self.assertTrue(any("torch_ddp_trouble.py" in s for s in g["stack"]), g)
+        text = subprocess.run([str(BIN), "stacks", "--job", self.job_id], stdin=subprocess.DEVNULL,
+                              capture_output=True, text=True, env=self.env(), timeout=30)
+        self.assertEqual(text.returncode, 0, text.stderr)
+        self.assertIn(f"stacks of {NPROC} rank(s)", text.stdout)
+        # the job goes on
+        before = min(r["step"] for r in ranks.values())
+        self.assertTrue(wait_until(lambda: min((r.get("step", -1) for r in self.status_ranks().values()),
+                                               default=-1) > before + 5, 20, interval=0.2))
+        self.assertIsNone(launch.proc.poll())
+        table = subprocess.run([str(BIN), "status", "--job", self.job_id], stdin=subprocess.DEVNULL,
+                               capture_output=True, text=True, env=self.env(), timeout=10)
+        self.assertNotIn("no heartbeats", table.stdout)
+        os.killpg(launch.proc.pid, signal.SIGTERM)
+        res, t_exit = self.finish_watched(launch, w, 30)
+        self.assertIsNotNone(t_exit, res.describe())
+        self.assert_no_leftovers(timeout=2.0)
+
+    def test_dataloader_workers_stay_silent_and_user_sitecustomize_runs(self):
+        site = self.tmp / "usersite"
+        site.mkdir()
+        (site / "sitecustomize.py").write_text(
+            "import os, sys\nprint(f'user sitecustomize ran in {os.getpid()}', file=sys.stderr, flush=True)\n")
+        launch, w = self.start_script("--workers", "2", "--steps", "400", "--step-sleep", "0.02",
+                                      env_extra={"PYTHONPATH": str(site)})
+        ranks = self.wait_until_all_report(min_step=20)
+        for r, info in ranks.items():
+            # the pid heartbeating as rank r is the rank's own process, not a DataLoader worker
+            self.assertEqual(proc_env_rank(info["pid"]), r)
+            self.assertIn(info["pid"], [p for p, _ in find_marked(self.token)])
+            loader_workers = [p for p, _ in find_marked(self.token) if _ppid(p) == info["pid"]]
+            self.assertGreaterEqual(len(loader_workers), 2, "the DataLoader workers are not running")
+        res, t_exit = self.finish_watched(launch, w, 90)
+        self.assertEqual(res.rc, 0, res.describe())
+        for r in range(NPROC):
+            self.assertRegex("\n".join(res.err_by_rank().get(r, [])), r"user sitecustomize ran in \d+", res.describe())
+        self.assert_no_leftovers(timeout=2.0)
+
+    def test_no_python_companion(self):
+        probe = ("import os, sys; print('companion', os.environ.get('DDPLAUNCH_COMPANION_SOCKET'), "
+                 "'_ddplaunch_companion' in sys.modules, flush=True)")
+        script = self.tmp / "probe.py"
+        script.write_text(probe + "\n")
+        on = self.run_launcher(["--nproc-per-node=1", script], timeout=30)
+        off = self.run_launcher(["--nproc-per-node=1", "--no-python-companion", script], timeout=30)
+        self.assertEqual((on.rc, off.rc), (0, 0), on.describe() + off.describe())
+        # Active: the rank claimed the socket (its children do not see it) and runs the companion.
+        self.assertIn("companion None True", on.out)
+        self.assertIn("companion None False", off.out)
+
+
+def _ppid(pid):
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            data = f.read()
+        return int(data[data.rindex(")") + 2:].split()[1])
+    except (OSError, ValueError):
+        return None
+
+
+if __name__ == "__main__":
+    unittest.main()

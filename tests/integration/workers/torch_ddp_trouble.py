@@ -1,0 +1,119 @@
+#!/usr/bin/python3
+"""A plain PyTorch DDP (Gloo, CPU) script with one injectable trouble, for the Python
+companion's tests: nothing in it knows about ddplaunch.
+
+Each step reads a batch through a DataLoader, trains a small MLP under
+DistributedDataParallel (so backward all-reduces the gradients), steps an SGD optimizer
+and all-reduces the loss for logging.
+
+  --trouble KIND@STEP:RANK   what goes wrong, on which rank, at which step:
+      data-hang     the rank blocks in its data loading (time.sleep in Dataset.__getitem__)
+      skip          the rank skips the loss all_reduce at STEP, then every rank enters a
+                    barrier at the end: the others wait in the all_reduce it skipped
+      size          the rank all-reduces a tensor of a different size at STEP
+      raise         the rank raises ValueError at STEP (no @record anywhere)
+      loader-crash  the rank's DataLoader worker raises at STEP
+  --steps N         default 1000000 (the trouble ends the run long before)
+  --step-sleep S    pause per step (default 0.02)
+  --workers N       DataLoader workers (default 0; loader-crash uses 1)
+
+Just before the trouble the rank prints to stderr, flushed:
+  torch_ddp_trouble: KIND at step N (rank R)
+"""
+import argparse
+import datetime
+import sys
+import time
+
+import torch
+import torch.distributed as dist
+import torch.nn as nn
+from torch.utils.data import DataLoader, Dataset
+
+TROUBLES = ("data-hang", "skip", "size", "raise", "loader-crash")
+
+
+def parse_trouble(text):
+    kind, _, rest = text.partition("@")
+    step, _, rank = rest.partition(":")
+    if kind not in TROUBLES or not step.isdigit() or not rank.isdigit():
+        raise SystemExit(f"torch_ddp_trouble: bad --trouble {text!r} (KIND@STEP:RANK)")
+    return kind, int(step), int(rank)
+
+
+def announce(kind, step, rank):
+    print(f"torch_ddp_trouble: {kind} at step {step} (rank {rank})", file=sys.stderr, flush=True)
+
+
+class Batches(Dataset):
+    """Random batches; item `stall_at` blocks (data-hang) or raises (loader-crash)."""
+
+    def __init__(self, rank, steps, stall_at=-1, crash_at=-1):
+        self.rank, self.steps, self.stall_at, self.crash_at = rank, steps, stall_at, crash_at
+
+    def __len__(self):
+        return self.steps
+
+    def __getitem__(self, index):
+        if index == self.stall_at:
+            announce("data-hang", index, self.rank)
+            time.sleep(3600)
+        if index == self.crash_at:
+            announce("loader-crash", index, self.rank)
+            raise RuntimeError(f"corrupt sample {index}")
+        g = torch.Generator().manual_seed(index * 97 + self.rank)
+        return torch.randn(16, 32, generator=g), torch.randint(0, 10, (16,), generator=g)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--trouble", default=None)
+    ap.add_argument("--steps", type=int, default=1000000)
+    ap.add_argument("--step-sleep", type=float, default=0.02)
+    ap.add_argument("--workers", type=int, default=0)
+    args = ap.parse_args()
+    kind, at, who = parse_trouble(args.trouble) if args.trouble else (None, -1, -1)
+
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=120))
+    rank = dist.get_rank()
+    mine = rank == who
+    torch.manual_seed(0)
+    model = nn.parallel.DistributedDataParallel(
+        nn.Sequential(nn.Linear(32, 64), nn.ReLU(), nn.Linear(64, 10)))
+    opt = torch.optim.SGD(model.parameters(), lr=0.05)
+    loss_fn = nn.CrossEntropyLoss()
+    data = Batches(rank, args.steps,
+                   stall_at=at if mine and kind == "data-hang" else -1,
+                   crash_at=at if mine and kind == "loader-crash" else -1)
+    workers = max(args.workers, 1) if kind == "loader-crash" else args.workers
+    loader = DataLoader(data, batch_size=None, num_workers=workers)
+    if rank == 0:
+        print(f"torch_ddp_trouble: {dist.get_world_size()} rank(s) started", flush=True)
+
+    for step, (x, y) in enumerate(loader):
+        if mine and kind == "raise" and step == at:
+            announce(kind, step, rank)
+            raise ValueError(f"bad value at step {step}")
+        opt.zero_grad()
+        loss = loss_fn(model(x), y)
+        loss.backward()
+        opt.step()
+        metric = loss.detach().reshape(1)
+        if mine and kind == "size" and step == at:
+            announce(kind, step, rank)
+            metric = torch.zeros(1000)
+        if mine and kind == "skip" and step == at:
+            announce(kind, step, rank)
+        else:
+            dist.all_reduce(metric)
+        if kind == "skip" and step == at:
+            break
+        time.sleep(args.step_sleep)
+    dist.barrier()
+    if rank == 0:
+        print("torch_ddp_trouble: done", flush=True)
+
+
+if __name__ == "__main__":
+    main()

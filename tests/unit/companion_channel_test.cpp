@@ -1,0 +1,295 @@
+// The Python companion's side of the agent: its messages (outside input, so
+// every malformed shape is tried), the board that carries requests for stacks
+// and answers, and the channel itself over a real Unix socket.
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstring>
+#include <filesystem>
+#include <thread>
+
+#include "agent/worker_health_board.h"
+#include "companion/companion_channel.h"
+#include "companion/companion_messages.h"
+#include "stacks/process_state.h"
+
+namespace ddp {
+namespace {
+
+using namespace std::chrono_literals;
+
+const char* kHello =
+    R"j({"type":"hello","version":1,"job_id":"job","token":"tok","rank":4,"local_rank":0,"generation":2,"pid":7,"python":"3.11.2","torch":"1.13.0"})j";
+
+TEST(CompanionMessages, HelloIsParsed) {
+  const auto h = parse_companion_hello(kHello);
+  ASSERT_TRUE(h);
+  EXPECT_EQ(h->job_id, "job");
+  EXPECT_EQ(h->token, "tok");
+  EXPECT_EQ(h->rank, 4);
+  EXPECT_EQ(h->generation, 2);
+  EXPECT_EQ(h->torch, "1.13.0");
+  EXPECT_EQ(companion_message_kind(kHello), CompanionMessageKind::kHello);
+}
+
+TEST(CompanionMessages, MalformedInputYieldsNothing) {
+  for (const char* text : {"", "[]", "nul", "{\"type\":\"hello\"}", R"j({"type":"hello","rank":"4","generation":0})j",
+                           R"j({"type":"hello","rank":-1,"generation":0})j", R"j({"type":"hello","rank":99999999999,"generation":0})j",
+                           R"j({"type":"heartbeat"})j"}) {
+    EXPECT_FALSE(parse_companion_hello(text)) << text;
+  }
+  EXPECT_EQ(companion_message_kind("{not json"), CompanionMessageKind::kUnknown);
+  EXPECT_EQ(companion_message_kind(R"j({"type":5})j"), CompanionMessageKind::kUnknown);
+}
+
+TEST(CompanionMessages, HeartbeatBecomesARankReport) {
+  const auto hello = parse_companion_hello(kHello);
+  const auto r = parse_companion_heartbeat(
+      R"j({"type":"heartbeat","step":21,"phase":"collective","step_seconds":0.25,"busy_seconds":0.125,
+          "last_enqueued":47,"last_started":47,"last_completed":46,
+          "recent":[{"sequence":46,"op":"all_reduce","bytes":0,"dtype":"","state":"completed","age_ms":30},
+                    {"sequence":47,"op":"all_reduce","bytes":4,"dtype":"float32","state":"started","age_ms":12}],
+          "exiting":false})j",
+      *hello, 1234, 1, "node-a");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->rank, 4);
+  EXPECT_EQ(r->pid, 1234) << "the kernel's pid, not the message's";
+  EXPECT_EQ(r->node_rank, 1);
+  EXPECT_EQ(r->host, "node-a");
+  EXPECT_EQ(r->step, 21);
+  EXPECT_EQ(r->phase, WorkerPhase::kCollective);
+  EXPECT_DOUBLE_EQ(r->busy_seconds, 0.125);
+  EXPECT_EQ(r->last_completed, 46u);
+  ASSERT_EQ(r->recent.size(), 2u);
+  EXPECT_EQ(r->recent[1].bytes, 4);
+  EXPECT_EQ(r->recent[1].age, 12ms);
+}
+
+TEST(CompanionMessages, HeartbeatFieldsOfTheWrongTypeOrRangeAreIgnored) {
+  const auto hello = parse_companion_hello(kHello);
+  const auto r = parse_companion_heartbeat(
+      R"j({"type":"heartbeat","step":"x","phase":7,"step_seconds":-3,"last_enqueued":-5,
+          "recent":[5,{"sequence":"a","bytes":-9,"age_ms":-1}]})j",
+      *hello, 1, 0, "h");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->step, -1);
+  EXPECT_EQ(r->phase, WorkerPhase::kUnknown);
+  EXPECT_EQ(r->step_seconds, 0);
+  EXPECT_EQ(r->last_enqueued, 0u);
+  ASSERT_EQ(r->recent.size(), 1u);
+  EXPECT_EQ(r->recent[0].sequence, 0u);
+  EXPECT_EQ(r->recent[0].bytes, 0);
+}
+
+TEST(CompanionMessages, LongListsKeepTheirNewestEntries) {
+  const auto hello = parse_companion_hello(kHello);
+  std::string recent;
+  for (int i = 1; i <= 200; ++i) recent += (i > 1 ? "," : "") + std::string(R"j({"sequence":)j") + std::to_string(i) + "}";
+  const auto r = parse_companion_heartbeat(R"j({"type":"heartbeat","recent":[)j" + recent + "]}", *hello, 1, 0, "h");
+  ASSERT_TRUE(r);
+  ASSERT_EQ(r->recent.size(), 64u);
+  EXPECT_EQ(r->recent.back().sequence, 200u);
+}
+
+TEST(CompanionMessages, StacksAreParsedOutermostFirst) {
+  const auto s = parse_companion_stacks(
+      R"j({"type":"stacks","threads":[{"name":"MainThread","main":true,"frames":[
+          {"function":"<module>","file":"/w/train.py","line":50,"code":"main()"},
+          {"function":"load","file":"/w/data.py","line":12,"code":"time.sleep(100)"}]},
+          {"name":"pin","frames":"bad"}, 3]})j",
+      4);
+  ASSERT_TRUE(s);
+  EXPECT_EQ(s->rank, 4);
+  EXPECT_EQ(s->language, "python");
+  ASSERT_EQ(s->threads.size(), 2u);
+  EXPECT_TRUE(s->threads[0].main);
+  ASSERT_EQ(s->threads[0].frames.size(), 2u);
+  EXPECT_EQ(s->threads[0].frames[1].function, "load");
+  EXPECT_EQ(s->threads[0].frames[1].line, 12);
+  EXPECT_TRUE(s->threads[1].frames.empty());
+}
+
+TEST(ProcessState, EachStateIsDescribed) {
+  EXPECT_NE(describe_process_state('T', "do_signal_stop").find("stopped by a signal (state T"), std::string::npos);
+  EXPECT_NE(describe_process_state('D', "nfs_wait").find("uninterruptible"), std::string::npos);
+  EXPECT_NE(describe_process_state('D', "nfs_wait").find("nfs_wait"), std::string::npos);
+  EXPECT_NE(describe_process_state('S', "0").find("GIL"), std::string::npos);
+  EXPECT_EQ(describe_process_state('S', "0").find("kernel wait"), std::string::npos);
+  EXPECT_EQ(describe_process_state(0, ""), "its process is gone");
+}
+
+TEST(ProcessState, AStoppedChildIsSeenStopped) {
+  const pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    pause();
+    _exit(0);
+  }
+  kill(child, SIGSTOP);
+  int status = 0;
+  ASSERT_EQ(waitpid(child, &status, WUNTRACED), child);  // the kernel says it has stopped
+  EXPECT_NE(describe_unanswering_process(child).find("state T"), std::string::npos);
+  kill(child, SIGKILL);
+  waitpid(child, &status, 0);
+  EXPECT_EQ(describe_unanswering_process(child), "its process is gone");
+}
+
+TEST(WorkerHealthBoard, ARequestIsDeliveredOnceAndAnsweredOnce) {
+  FakeClock clock;
+  int notified = 0;
+  WorkerHealthBoard board(clock, 2s, [](int) { return std::string("unused"); });
+  board.set_stacks_listener([&] { ++notified; });
+  board.record_stacks({3, "python", {}, "unasked"});
+  EXPECT_TRUE(board.take_stacks().empty()) << "an answer nobody asked for is dropped";
+  board.request_stack_dumps({3});
+  EXPECT_TRUE(board.take_stack_dump_request(3));
+  EXPECT_FALSE(board.take_stack_dump_request(3));
+  EXPECT_FALSE(board.take_stack_dump_request(4));
+  board.record_stacks({3, "python", {}, ""});
+  EXPECT_EQ(notified, 1);
+  const auto answers = board.take_stacks();
+  ASSERT_EQ(answers.size(), 1u);
+  EXPECT_EQ(answers[0].rank, 3);
+  board.record_stacks({3, "python", {}, "again"});
+  EXPECT_TRUE(board.take_stacks().empty());
+}
+
+TEST(WorkerHealthBoard, AWorkerThatDoesNotAnswerIsDescribedByItsProcess) {
+  FakeClock clock;
+  std::vector<int> described;
+  WorkerHealthBoard board(clock, 2s, [&](int pid) {
+    described.push_back(pid);
+    return std::string("stopped by a signal (state T)");
+  });
+  board.set_worker_pid(5, 4242);
+  board.request_stack_dumps({5, 6});
+  clock.advance(1s);
+  EXPECT_TRUE(board.take_stacks().empty());
+  clock.advance(1s);
+  const auto answers = board.take_stacks();
+  ASSERT_EQ(answers.size(), 2u);
+  EXPECT_EQ(answers[0].rank, 5);
+  EXPECT_EQ(answers[0].language, "process");
+  EXPECT_EQ(answers[0].note, "stopped by a signal (state T)");
+  EXPECT_EQ(answers[1].note, "did not answer, and its process is not known here");
+  EXPECT_EQ(described, (std::vector<int>{4242}));
+  EXPECT_TRUE(board.take_stacks().empty());
+}
+
+// A companion's end of the channel: a connected SOCK_SEQPACKET socket.
+class FakeCompanion {
+ public:
+  explicit FakeCompanion(const std::string& path) : fd_(socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0)) {
+    sockaddr_un addr{};
+    addr.sun_family = AF_UNIX;
+    std::strncpy(addr.sun_path, path.c_str(), sizeof addr.sun_path - 1);
+    connected_ = connect(fd_, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0;
+    timeval tv{5, 0};
+    setsockopt(fd_, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+  }
+  ~FakeCompanion() { close(fd_); }
+  bool connected() const { return connected_; }
+  void send_text(const std::string& text) { ASSERT_EQ(send(fd_, text.data(), text.size(), 0), static_cast<ssize_t>(text.size())); }
+  /// The next message, or "" when the agent closed the connection (or 5 s passed).
+  std::string receive() {
+    char buffer[4096];
+    const ssize_t n = recv(fd_, buffer, sizeof buffer, 0);
+    return n > 0 ? std::string(buffer, static_cast<size_t>(n)) : std::string();
+  }
+
+ private:
+  int fd_;
+  bool connected_ = false;
+};
+
+bool eventually(const std::function<bool()>& condition) {
+  for (int i = 0; i < 500; ++i) {
+    if (condition()) return true;
+    std::this_thread::sleep_for(10ms);
+  }
+  return false;
+}
+
+class CompanionChannelTest : public ::testing::Test {
+ protected:
+  CompanionChannelTest()
+      : path_(std::filesystem::temp_directory_path() / ("ddp-channel-" + std::to_string(getpid()) + ".sock")),
+        board_(SystemClock::instance()),
+        channel_(path_.string(), board_, "job", "tok") {
+    LocalLayout layout;
+    layout.assignment.rank_start = 4;
+    layout.assignment.generation = 2;
+    layout.assignment.node_rank = 1;
+    layout.assignment.host = "node-a";
+    layout.nproc = 2;
+    channel_.set_layout(layout);
+  }
+
+  std::filesystem::path path_;
+  WorkerHealthBoard board_;
+  CompanionChannel channel_;
+};
+
+TEST_F(CompanionChannelTest, TheSocketIsTheOwnersOnly) {
+  EXPECT_EQ(std::filesystem::status(path_).permissions() & std::filesystem::perms::all,
+            std::filesystem::perms::owner_read | std::filesystem::perms::owner_write | std::filesystem::perms::owner_exec);
+}
+
+TEST_F(CompanionChannelTest, HeartbeatsOfAGreetedRankReachTheBoard) {
+  FakeCompanion c(path_.string());
+  ASSERT_TRUE(c.connected());
+  c.send_text(kHello);
+  c.send_text(R"j({"type":"heartbeat","step":3,"phase":"forward"})j");
+  ASSERT_TRUE(eventually([&] { return !board_.latest().empty(); }));
+  const RankReport r = board_.latest().front().report;
+  EXPECT_EQ(r.rank, 4);
+  EXPECT_EQ(r.step, 3);
+  EXPECT_EQ(r.pid, getpid()) << "the pid the kernel gives for the peer";
+  EXPECT_EQ(r.host, "node-a");
+  EXPECT_EQ(r.node_rank, 1);
+}
+
+TEST_F(CompanionChannelTest, AWrongTokenIsRefused) {
+  FakeCompanion c(path_.string());
+  std::string hello = kHello;
+  hello.replace(hello.find("\"tok\""), 5, "\"bad\"");
+  c.send_text(hello);
+  EXPECT_EQ(c.receive(), "") << "the agent closes the connection";
+  EXPECT_TRUE(board_.latest().empty());
+}
+
+TEST_F(CompanionChannelTest, ARankOfAnotherGenerationOrNodeIsRefused) {
+  for (const std::string& hello : {std::string(R"j({"type":"hello","job_id":"job","token":"tok","rank":4,"generation":1})j"),
+                                   std::string(R"j({"type":"hello","job_id":"job","token":"tok","rank":6,"generation":2})j")}) {
+    FakeCompanion c(path_.string());
+    c.send_text(hello);
+    EXPECT_EQ(c.receive(), "") << hello;
+  }
+}
+
+TEST_F(CompanionChannelTest, AStackRequestGoesOutAndTheAnswerComesBack) {
+  FakeCompanion c(path_.string());
+  c.send_text(kHello);
+  c.send_text(R"j({"type":"heartbeat","step":3})j");
+  ASSERT_TRUE(eventually([&] { return !board_.latest().empty(); }));
+  board_.request_stack_dumps({4});
+  EXPECT_EQ(c.receive(), R"j({"type":"dump_stacks"})j");
+  c.send_text(R"j({"type":"stacks","threads":[{"name":"MainThread","main":true,"frames":[{"function":"f","file":"/a.py","line":3}]}]})j");
+  std::vector<RankStacks> answers;
+  ASSERT_TRUE(eventually([&] {
+    auto more = board_.take_stacks();
+    answers.insert(answers.end(), more.begin(), more.end());
+    return !answers.empty();
+  }));
+  EXPECT_EQ(answers[0].rank, 4);
+  ASSERT_EQ(answers[0].threads.size(), 1u);
+  EXPECT_EQ(answers[0].threads[0].frames[0].function, "f");
+}
+
+}  // namespace
+}  // namespace ddp
