@@ -130,10 +130,15 @@ def run_once(cmd, env, report_re, timeout):
 
 
 def ddplaunch_case(args, kind, tmp):
-    fault = f"{kind}@{args.fault_step}:{args.fault_rank}"
     cmd = [DDPLAUNCH, f"--nproc-per-node={args.nproc}", f"--hang-timeout={args.hang_timeout:g}",
-           f"--log-dir={tmp}", f"--rdzv-id=faultbench-{secrets.token_hex(4)}",
-           DDPTRAIN, "--steps", "100000000", "--log-every", "0", "--inject-fault", fault]
+           f"--log-dir={tmp}", f"--rdzv-id=faultbench-{secrets.token_hex(4)}"]
+    if kind == "python-hang":
+        # torchrun's hang peer, the same PyTorch script: diagnosed through the Python companion.
+        cmd += [TORCH_SCRIPT, "--fault", f"hang@{args.fault_step}:{args.fault_rank}",
+                "--torch-timeout", f"{args.torch_timeout:g}"]
+    else:
+        cmd += [DDPTRAIN, "--steps", "100000000", "--log-every", "0", "--inject-fault",
+                f"{kind}@{args.fault_step}:{args.fault_rank}"]
     expect_rc = 128 + signal.SIGABRT if kind == "crash" else 124
     return cmd, DDP_REPORT_RE, expect_rc, 90.0
 
@@ -226,8 +231,10 @@ def main(argv=None):
         f"torchrun at its default --monitor_interval (5 s)")
     results, failed = [], []
     launchers = ["ddplaunch"] + ([] if args.skip_torch else ["torchrun"])
-    for kind in ("crash", "hang"):
+    for kind in ("crash", "hang", "python-hang"):
         for launcher in launchers:
+            if kind == "python-hang" and launcher != "ddplaunch":
+                continue  # torchrun's hang row already runs the PyTorch script
             try:
                 results.append(measure(args, launcher, kind, env, log))
             except BenchError as e:
@@ -240,10 +247,18 @@ def main(argv=None):
     rows = [("fault", "launcher", "fault->report (median)", "runs (s)", "exit", "names culprit", "torch/ddplaunch")]
     by = {(r["launcher"], r["kind"]): r for r in results}
     for r in results:
-        ours = by.get(("ddplaunch", r["kind"]))
+        # torchrun's hang runs the PyTorch script: its peer is ddplaunch's python-hang row.
+        ours = by.get(("ddplaunch", "python-hang" if r["kind"] == "hang" else r["kind"])) or \
+            by.get(("ddplaunch", r["kind"]))
         ratio = "" if r["launcher"] == "ddplaunch" or not ours else f"{r['median_s'] / ours['median_s']:.1f}x"
-        kind = r["kind"] if r["kind"] == "crash" else \
-            f"hang ({args.hang_timeout:g} s)" if r["launcher"] == "ddplaunch" else f"hang (gloo {args.torch_timeout:g} s)"
+        if r["kind"] == "crash":
+            kind = "crash"
+        elif r["launcher"] == "torchrun":
+            kind = f"hang, PyTorch script (gloo {args.torch_timeout:g} s)"
+        elif r["kind"] == "python-hang":
+            kind = f"hang, PyTorch script ({args.hang_timeout:g} s)"
+        else:
+            kind = f"hang, ddptrain ({args.hang_timeout:g} s)"
         rows.append((kind, r["launcher"], f"{r['median_s']:.3f} s", " ".join(f"{t:.2f}" for t in r["times_s"]),
                      ",".join(map(str, r["exit_codes"])), "yes" if r["names_culprit"] else "no", ratio))
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]

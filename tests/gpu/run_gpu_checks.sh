@@ -173,6 +173,34 @@ PY
   else row "numa-binding=node" FAIL "worker CPUs '$got', node $node has '$want'; see $logs/numa.log"; overall=1; fi
 fi
 
+# ---- the Python companion and PyTorch's NCCL flight recorder (issue 16) --------
+if [[ $built -eq 1 ]] && "$python" -c 'import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)' 2>/dev/null; then
+  echo "== ddplaunch stacks on a PyTorch NCCL job: the merged stacks and rank_0/nccl_flight_recorder.json"
+  PYTHON_EXEC="$python" "$build/launcher/ddplaunch" --nproc-per-node=1 --log-dir "$logs/fr-job" --rdzv-id frjob \
+    "$repo/tests/gpu/torch_nccl_flight_recorder.py" >"$logs/fr-job.log" 2>&1 &
+  fr_pid=$!
+  for _ in $(seq 1 120); do grep -q "ready" "$logs/fr-job.log" && break; sleep 0.5; done
+  "$build/launcher/ddplaunch" stacks --job frjob --json >"$logs/fr-stacks.json" 2>>"$logs/fr-job.log"
+  for _ in $(seq 1 20); do [[ -s "$logs/fr-job/frjob/attempt_0/rank_0/nccl_flight_recorder.json" ]] && break; sleep 0.5; done
+  kill -TERM "$fr_pid" 2>/dev/null; wait "$fr_pid" 2>/dev/null
+  fr=$("$python" - "$logs/fr-stacks.json" "$logs/fr-job/frjob/attempt_0/rank_0/nccl_flight_recorder.json" <<'PY'
+import json, sys
+try:
+    groups = json.load(open(sys.argv[1]))["groups"]
+    answered = sum(g["count"] for g in groups)
+except (OSError, ValueError, KeyError):
+    answered = 0
+try:
+    fr = json.load(open(sys.argv[2]))
+    print(f"stacks of {answered} rank | flight recorder: {len(fr.get('entries', []))} entries, {fr.get('summary', '')}")
+except (OSError, ValueError):
+    print(f"stacks of {answered} rank | no flight-recorder dump (torch < 2.2?)")
+PY
+)
+  if [[ "$fr" == "stacks of 1 rank | flight recorder: "* ]]; then row "companion + NCCL flight rec." ok "$fr"
+  else row "companion + NCCL flight rec." FAIL "$fr; see $logs/fr-job.log"; overall=1; fi
+fi
+
 # ---- NCCL all-reduce benchmark under ddplaunch --------------------------------
 if [[ $built -eq 1 ]]; then
   echo "== ddplaunch --nproc-per-node=1 ddpbench allreduce --backend nccl --sizes $sizes"

@@ -114,12 +114,25 @@ class BenchmarkSmokeTest(unittest.TestCase):
         doc = json_document(res)
         self.assertEqual(doc["failed"], [])
         rows = {(r["launcher"], r["kind"]): r for r in doc["results"]}
-        self.assertEqual(set(rows), {(l, k) for l in ("ddplaunch", "torchrun") for k in ("crash", "hang")})
+        self.assertEqual(set(rows), {(l, k) for l in ("ddplaunch", "torchrun") for k in ("crash", "hang")}
+                         | {("ddplaunch", "python-hang")})
         self.assertTrue(rows[("ddplaunch", "crash")]["names_culprit"])
         self.assertTrue(rows[("ddplaunch", "hang")]["names_culprit"])
+        self.assertTrue(rows[("ddplaunch", "python-hang")]["names_culprit"])
+        self.assertEqual(rows[("ddplaunch", "python-hang")]["exit_codes"], [124])
         self.assertEqual(rows[("ddplaunch", "hang")]["exit_codes"], [124])  # the documented hang exit code
         # A hang is reported after the hang timeout, not before it.
         self.assertGreaterEqual(rows[("ddplaunch", "hang")]["median_s"], 2.0)
+
+    def test_companion_bench(self):
+        res = self.bench("companion_bench.py", "--repeat", 1, "--steps", 40, "--json", timeout=120)
+        doc = json_document(res)
+        self.assertGreater(doc["step_ms_with_companion"], 0)
+        self.assertGreater(doc["step_ms_without"], 0)
+        self.assertAlmostEqual(doc["ratio"], doc["step_ms_with_companion"] / doc["step_ms_without"], places=6)
+        # Kernel CPU accounting counts in clock ticks (10 ms): a short run may read 0.
+        self.assertGreaterEqual(doc["companion_cpu_ms_per_s_per_rank"], 0)
+        self.assertIn("--no-python-companion", res.stdout)
 
     def test_launch_bench(self):
         res = self.bench("launch_bench.py", "--repeat", 1, "--fast-peer-interval", 0, "--json")

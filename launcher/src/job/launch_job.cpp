@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <csignal>
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <future>
 #include <map>
@@ -256,10 +257,29 @@ class JobListener final : public SupervisorListener {
     if (!nccl->summary.empty()) spdlog::error("{}", nccl->summary);
   }
 
+  // PyTorch's NCCL flight recorder, where the Python companion had it dumped
+  // and converted (rank_<r>/nccl_flight_recorder.json): its summary line.
+  void add_nccl_flight_records(int attempt, nlohmann::json& report) const {
+    nlohmann::json records = nlohmann::json::array();
+    std::error_code ec;
+    for (const auto& entry : fs::directory_iterator(attempt_dir(plan_, attempt), ec)) {
+      const fs::path path = entry.path() / "nccl_flight_recorder.json";
+      const std::string name = entry.path().filename().string();
+      if (name.rfind("rank_", 0) != 0 || !fs::is_regular_file(path, ec)) continue;
+      std::ifstream in(path);
+      const nlohmann::json dump = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
+      records.push_back({{"rank", std::atoi(name.c_str() + 5)},
+                         {"path", path.string()},
+                         {"summary", dump.is_object() ? dump.value("summary", "") : "unreadable"}});
+    }
+    if (!records.empty()) report["nccl_flight_recorder"] = std::move(records);
+  }
+
   void write_hang_report(int attempt) {
     nlohmann::json report = {{"job_id", plan_.job_id}, {"attempt", attempt}, {"node_rank", node_rank_}};
     report["hang"] = nlohmann::json::parse(stop_report_, nullptr, /*allow_exceptions=*/false);
     stop_report_.clear();
+    add_nccl_flight_records(attempt, report);
     add_nccl_evidence(attempt, report);
     const fs::path path = attempt_dir(plan_, attempt) / "failure.json";
     std::ofstream(path) << report.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) << '\n';
