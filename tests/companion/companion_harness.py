@@ -14,6 +14,7 @@ import select
 import shutil
 import signal
 import socket
+import struct
 import subprocess
 import sys
 import tempfile
@@ -239,6 +240,21 @@ class CompanionTestCase(unittest.TestCase):
         conn = Connection(sock)
         self.connections.append(conn)
         return conn
+
+    @staticmethod
+    def read_announcements(path):
+        """The collectives announced in the file named by a hello, as the
+        agent reads them (collective_announcements.h): [(n, sequence, op, bytes, dtype)]."""
+        with open(path, "rb") as f:
+            data = f.read()
+        magic, version, count = struct.unpack_from("<4sIQ", data, 0)
+        assert (magic, version) == (b"DDPA", 1), (magic, version)
+        out = []
+        for n in range(max(1, count - 15), count + 1):
+            number, seq, nbytes, _, op, dtype = struct.unpack_from("<QQqQ24s16s", data, 16 + ((n - 1) % 16) * 72)
+            if number == n:
+                out.append((n, seq, op.rstrip(b"\0").decode(), nbytes, dtype.rstrip(b"\0").decode()))
+        return out
 
     def accept_rank(self, rank, timeout=60):
         conn = self.accept(timeout)

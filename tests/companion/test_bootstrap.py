@@ -46,7 +46,8 @@ class BootstrapTest(CompanionTestCase):
         self.assertEqual(hello, {
             "type": "hello", "version": 1, "job_id": self.job_id, "token": self.token,
             "rank": 0, "local_rank": 0, "generation": 3, "pid": rank.proc.pid,
-            "python": hello["python"], "torch": None})
+            "python": hello["python"], "torch": None,
+            "announcements": "%s.%d.ann" % (self.socket_path[:-len(".sock")], rank.proc.pid)})
         self.assertRegex(hello["python"], r"^3\.\d+\.\d+$")
         info = rank.json_line("info:")
         self.assert_clean_start(info, user_dir)
@@ -56,6 +57,7 @@ class BootstrapTest(CompanionTestCase):
         self.assertTrue(conn.wait_eof(10))
         self.assertEqual([m["type"] for m in conn.messages], ["hello"])
         self.assertEqual(rank.stderr_text(), "")
+        self.assertFalse(os.path.exists(hello["announcements"]), "removed at exit when no agent mapped it")
 
     def test_inactive_without_companion_env(self):
         user_dir = self.user_site()

@@ -1,6 +1,7 @@
 """What heartbeats say about a torch program: steps, phases, and the record
 of collectives (world size 1, Gloo on CPU)."""
 
+import os
 import time
 import unittest
 
@@ -64,30 +65,29 @@ class TorchProgressTest(CompanionTestCase):
         self.assertEqual(rank.finish(), 0, rank.stderr_text())
         self.assertTrue(conn.wait_for(lambda m: m.get("exiting"), 20, "exiting heartbeat"))
 
-    def test_heartbeat_as_collective_starts(self):
-        # No regular heartbeat within the test: what arrives is sent by the
-        # main thread as all_reduce starts (the last send was long enough ago).
+    def test_collective_announced_as_it_starts(self):
+        # No regular heartbeat within the test: the main thread announces the
+        # all_reduce in the shared file as it starts, before it can hang or die in it.
         self.interval_ms = 600000
         rank = self.start("eager.py", self.tmp / "init")
-        conn, _ = self.accept_rank(rank)
-        conn.wait_for(heartbeat, 10, "first heartbeat")   # sent as the process group appears
-        first_at = time.monotonic()
+        conn, hello = self.accept_rank(rank)
+        path = hello["announcements"]
+        self.assertEqual(os.path.dirname(path), os.path.dirname(self.socket_path))
+        self.assertEqual(os.stat(path).st_mode & 0o777, 0o600)
+        first = conn.wait_for(heartbeat, 10, "first heartbeat")   # sent as the process group appears
+        self.assertEqual(first["announced"], 0)
+        self.assertEqual(self.read_announcements(path), [])
         rank.wait_line(lambda l: l == "ready", 60, "ready")
-        # Eager heartbeats are at most one per 20 ms: start the collective after that.
-        time.sleep(max(0.0, first_at + 0.05 - time.monotonic()))
         rank.write("\n")
-        hb = conn.wait_for(heartbeat, 30, "heartbeat from the starting collective")
-        self.assertEqual(hb["phase"], "collective")
-        last = hb["recent"][-1]
-        self.assertEqual((last["op"], last["bytes"], last["dtype"], last["state"]),
-                         ("all_reduce", 40, "float32", "started"))
-        self.assertEqual(hb["last_enqueued"], last["sequence"])
-        self.assertEqual(hb["last_completed"], last["sequence"] - 1)
         rank.wait_line(lambda l: l == "done", 60, "done")
+        self.assertEqual(self.read_announcements(path),
+                         [(1, first["last_enqueued"] + 1, "all_reduce", 40, "float32")])
         self.assertEqual(rank.finish(), 0, rank.stderr_text())
         hb = conn.wait_for(lambda m: m.get("exiting"), 20, "exiting heartbeat")
+        self.assertEqual(hb["announced"], 1)
+        self.assertEqual(hb["recent"][-1]["sequence"], first["last_enqueued"] + 1)
         self.assertEqual(hb["recent"][-1]["state"], "completed")
-        self.assertEqual(hb["last_completed"], hb["last_enqueued"])
+        self.assertFalse(os.path.exists(path), "a rank whose agent never mapped the file removes it")
 
     def test_blocked_in_collective(self):
         # Rank 0 waits in a barrier (in C++, GIL released) until rank 1 joins.

@@ -125,13 +125,17 @@ class BenchmarkSmokeTest(unittest.TestCase):
         self.assertGreaterEqual(rows[("ddplaunch", "hang")]["median_s"], 2.0)
 
     def test_companion_bench(self):
-        res = self.bench("companion_bench.py", "--repeat", 1, "--steps", 40, "--json", timeout=120)
+        res = self.bench("companion_bench.py", "--repeat", 1, "--steps", 200, "--widths", "32",
+                         "--heartbeat-interval", "0.1", "--json", timeout=180)
         doc = json_document(res)
-        self.assertGreater(doc["step_ms_with_companion"], 0)
-        self.assertGreater(doc["step_ms_without"], 0)
-        self.assertAlmostEqual(doc["ratio"], doc["step_ms_with_companion"] / doc["step_ms_without"], places=6)
-        # Kernel CPU accounting counts in clock ticks (10 ms): a short run may read 0.
-        self.assertGreaterEqual(doc["companion_cpu_ms_per_s_per_rank"], 0)
+        [w] = doc["widths"]
+        self.assertEqual(w["width"], 32)
+        for key in ("step_ms_with_companion", "step_ms_without", "ab_step_ms_wrapped", "ab_step_ms_unwrapped"):
+            self.assertGreater(w[key], 0, key)
+        self.assertAlmostEqual(w["ratio"], w["step_ms_with_companion"] / w["step_ms_without"], places=6)
+        self.assertAlmostEqual(w["ab_ratio"], w["ab_step_ms_wrapped"] / w["ab_step_ms_unwrapped"], places=6)
+        # Ten heartbeats a second: the heartbeat thread's CPU time is measured, not zero.
+        self.assertGreater(w["companion_cpu_ms_per_s_per_rank"], 0)
         self.assertIn("--no-python-companion", res.stdout)
 
     def test_launch_bench(self):

@@ -55,6 +55,10 @@ TEST(AgentSockets, OnlyTheSocketsOfDeadAgentsAreRemoved) {
   leave_socket(not_a_pid);
   std::ofstream(not_a_socket) << "{}";
   std::ofstream(regular_file_named_like_one) << "not a socket";
+  const fs::path dead_announcements = dir / (std::to_string(dead) + ".py.4242.ann");
+  const fs::path live_announcements = dir / (std::to_string(::getpid()) + ".py.4242.ann");
+  std::ofstream(dead_announcements) << "DDPA";
+  std::ofstream(live_announcements) << "DDPA";
 
   remove_sockets_of_dead_agents(dir.string());
 
@@ -63,6 +67,8 @@ TEST(AgentSockets, OnlyTheSocketsOfDeadAgentsAreRemoved) {
   EXPECT_TRUE(fs::exists(not_a_pid));
   EXPECT_TRUE(fs::exists(not_a_socket));
   EXPECT_TRUE(fs::exists(regular_file_named_like_one));
+  EXPECT_FALSE(fs::exists(dead_announcements)) << "a companion's file its dead agent never mapped";
+  EXPECT_TRUE(fs::exists(live_announcements));
   fs::remove_all(dir);
 }
 

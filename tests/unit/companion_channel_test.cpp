@@ -14,6 +14,7 @@
 #include <thread>
 
 #include "agent/worker_health_board.h"
+#include "announcement_writer.h"
 #include "companion/companion_channel.h"
 #include "companion/companion_messages.h"
 #include "stacks/process_state.h"
@@ -54,7 +55,7 @@ TEST(CompanionMessages, HeartbeatBecomesARankReport) {
           "last_enqueued":47,"last_started":47,"last_completed":46,
           "recent":[{"sequence":46,"op":"all_reduce","bytes":0,"dtype":"","state":"completed","age_ms":30},
                     {"sequence":47,"op":"all_reduce","bytes":4,"dtype":"float32","state":"started","age_ms":12}],
-          "exiting":false})j",
+          "exiting":false,"announced":12})j",
       *hello, 1234, 1, "node-a");
   ASSERT_TRUE(r);
   EXPECT_EQ(r->rank, 4);
@@ -68,6 +69,7 @@ TEST(CompanionMessages, HeartbeatBecomesARankReport) {
   ASSERT_EQ(r->recent.size(), 2u);
   EXPECT_EQ(r->recent[1].bytes, 4);
   EXPECT_EQ(r->recent[1].age, 12ms);
+  EXPECT_EQ(r->announced, 12u);
 }
 
 TEST(CompanionMessages, HeartbeatFieldsOfTheWrongTypeOrRangeAreIgnored) {
@@ -181,6 +183,43 @@ TEST(WorkerHealthBoard, AWorkerThatDoesNotAnswerIsDescribedByItsProcess) {
   EXPECT_TRUE(board.take_stacks().empty());
 }
 
+TEST(WorkerHealthBoard, AnnouncedCollectivesJoinTheLatestReport) {
+  FakeClock clock;
+  TempFolder folder;
+  AnnouncementWriter writer(folder.file("a.ann"));
+  WorkerHealthBoard board(clock);
+  board.attach_announcements(2, open_announcements(writer.path(), folder.path()));
+  writer.write(5, "all_reduce", 4, "float32", clock.now());
+  EXPECT_TRUE(board.latest().empty()) << "nothing is known of a rank before its first heartbeat";
+  RankReport r;
+  r.rank = 2;
+  r.last_enqueued = r.last_started = r.last_completed = 26;
+  r.recent = {{25, "all_reduce", 4, "float32", "completed", 10ms}, {26, "barrier", 0, "", "completed", 3ms}};
+  r.announced = 1;  // the heartbeat was made after announcement 1
+  board.record(r);
+  clock.advance(400ms);
+  writer.write(26, "barrier", 0, "", clock.now() - 100ms);  // the heartbeat holds #26 already
+  writer.write(27, "all_reduce", 4000, "float32", clock.now() - 50ms);
+  clock.advance(50ms);
+  const auto latest = board.latest();
+  ASSERT_EQ(latest.size(), 1u);
+  EXPECT_EQ(latest[0].held, 100ms) << "dated by its newest announcement, not its older heartbeat";
+  const RankReport& now = latest[0].report;
+  EXPECT_EQ(now.last_enqueued, 27u);
+  EXPECT_EQ(now.last_started, 27u);
+  EXPECT_EQ(now.last_completed, 26u);
+  EXPECT_EQ(now.phase, WorkerPhase::kCollective);
+  ASSERT_EQ(now.recent.size(), 3u);
+  EXPECT_EQ(now.recent[0].age, 360ms) << "ages restated as of the report's new date";
+  EXPECT_EQ(now.recent[2].sequence, 27u);
+  EXPECT_EQ(now.recent[2].bytes, 4000);
+  EXPECT_EQ(now.recent[2].state, "started");
+  EXPECT_EQ(now.recent[2].age, Duration::zero());
+  board.clear();
+  board.record(r);
+  EXPECT_EQ(board.latest()[0].report.last_enqueued, 26u) << "a new generation forgets the old announcements";
+}
+
 // A companion's end of the channel: a connected SOCK_SEQPACKET socket.
 class FakeCompanion {
  public:
@@ -252,6 +291,40 @@ TEST_F(CompanionChannelTest, HeartbeatsOfAGreetedRankReachTheBoard) {
   EXPECT_EQ(r.pid, getpid()) << "the pid the kernel gives for the peer";
   EXPECT_EQ(r.host, "node-a");
   EXPECT_EQ(r.node_rank, 1);
+}
+
+TEST_F(CompanionChannelTest, ACollectiveAnnouncedJustBeforeTheRankDiesIsKept) {
+  const auto ann_path = path_.parent_path() / ("ddp-channel-" + std::to_string(getpid()) + ".7.ann");
+  {
+    AnnouncementWriter writer(ann_path.string());
+    FakeCompanion c(path_.string());
+    std::string hello = kHello;
+    hello.insert(hello.size() - 1, R"j(,"announcements":")j" + ann_path.string() + "\"");
+    c.send_text(hello);
+    c.send_text(R"j({"type":"heartbeat","step":9,"last_enqueued":26,"last_started":26,"last_completed":26})j");
+    ASSERT_TRUE(eventually([&] { return !std::filesystem::exists(ann_path); })) << "mapped, and its name removed";
+    writer.write(27, "all_reduce", 4000, "float32", SystemClock::instance().now());
+  }  // the process is gone: what it announced is still read
+  ASSERT_TRUE(eventually([&] { return !board_.latest().empty(); }));
+  const RankReport r = board_.latest().front().report;
+  EXPECT_EQ(r.last_started, 27u);
+  ASSERT_FALSE(r.recent.empty());
+  EXPECT_EQ(r.recent.back().op, "all_reduce");
+  EXPECT_EQ(r.recent.back().bytes, 4000);
+}
+
+TEST_F(CompanionChannelTest, AnAnnouncementFileOutsideTheAgentsFolderIsNotOpened) {
+  TempFolder elsewhere;
+  AnnouncementWriter writer(elsewhere.file("x.ann"));
+  FakeCompanion c(path_.string());
+  std::string hello = kHello;
+  hello.insert(hello.size() - 1, R"j(,"announcements":")j" + writer.path() + "\"");
+  c.send_text(hello);
+  c.send_text(R"j({"type":"heartbeat","step":1,"last_enqueued":3})j");
+  writer.write(4, "all_reduce", 8, "float32", SystemClock::instance().now());
+  ASSERT_TRUE(eventually([&] { return !board_.latest().empty(); }));
+  EXPECT_EQ(board_.latest().front().report.last_enqueued, 3u);
+  EXPECT_TRUE(std::filesystem::exists(writer.path())) << "not ours to remove";
 }
 
 TEST_F(CompanionChannelTest, AWrongTokenIsRefused) {

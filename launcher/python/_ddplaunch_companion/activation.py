@@ -7,7 +7,7 @@ import atexit
 import os
 import sys
 
-from . import collectives, error_file, torch_hooks
+from . import announcements, collectives, error_file, torch_hooks
 from .channel import Channel
 from .heartbeat import Agent
 from .progress import STATE
@@ -42,6 +42,8 @@ def activate():
     rank = _int_env("RANK", -1)
     interval = max(10, _int_env("DDPLAUNCH_HEARTBEAT_INTERVAL_MS", 1000)) / 1000.0
     agent = Agent(channel, interval, rank, env.get("DDPLAUNCH_RANK_LOG_DIR", ""), pid)
+    # Made before the hello that names it; the agent removes its name once mapped.
+    agent.announcements = announcements.create(socket_path, pid)
     os.register_at_fork(after_in_child=agent.after_fork_child)
 
     torch = sys.modules.get("torch")
@@ -52,11 +54,14 @@ def activate():
              "token": env.get("DDPLAUNCH_TOKEN", ""), "rank": rank,
              "local_rank": _int_env("LOCAL_RANK", -1),
              "generation": _int_env("DDPLAUNCH_ATTEMPT", 0), "pid": pid,
-             "python": "%d.%d.%d" % sys.version_info[:3], "torch": STATE.torch}
+             "python": "%d.%d.%d" % sys.version_info[:3], "torch": STATE.torch,
+             "announcements": agent.announcements.path if agent.announcements else ""}
     agent.send(hello)
     agent.send_heartbeat(1.0)
 
     collectives.eager_sender = agent.eager
+    if agent.announcements is not None:
+        collectives.announcer = agent.announcements.write
     torch_hooks.install()
     error_file.install(pid)
     atexit.register(agent.at_exit)

@@ -9,7 +9,7 @@ import threading
 import weakref
 
 from . import progress, wrapping
-from .progress import STATE, COLLECTIVE, SEQ, STATUS, LAST, leave, perf
+from .progress import STATE, COLLECTIVE, SEQ, BYTES, DTYPE, STATUS, LAST, leave, perf
 
 # torch.distributed name -> op name in the record (the deprecated aliases are
 # recorded as what they do, so ranks using either spelling compare equal).
@@ -23,10 +23,10 @@ COLLECTIVES = {
     "all_to_all_single": "all_to_all_single", "gather": "gather", "scatter": "scatter",
     "barrier": "barrier",
 }
-EAGER_AFTER = 0.020   # a collective starting this long after the last heartbeat sends one
 MAX_PENDING = 64
 
 eager_sender = None   # set by activation: sends a heartbeat from the calling thread
+announcer = None      # set by activation: announcements.Announcements.write
 _inside = set()       # threads inside a wrapped collective: nested calls count once
 _dtype_names = {}
 
@@ -79,8 +79,11 @@ def _collective_wrapper(op, Tensor):
             S.open_depth += 1
             COLLECTIVE.depth += 1
             stack.append(COLLECTIVE)
-            if rec is not None and S.sending and t0 - S.last_sent > EAGER_AFTER and eager_sender:
-                eager_sender()   # the agent learns what we entered before we may hang in it
+            if rec is not None and S.sending and announcer is not None:
+                # The agent learns what we entered before we may hang or die in
+                # it: a rank that aborts inside a mismatched collective is then
+                # still compared with the others.
+                announcer(rec[SEQ], op, rec[BYTES], rec[DTYPE])
             try:
                 result = fn(*args, **kwargs)
             except BaseException:

@@ -19,6 +19,7 @@ class Agent(object):
         self.pid = pid                   # the claimed rank process
         self.own_threads = set()         # idents left out of stack dumps
         self.recorder_busy = False
+        self.announcements = None        # announcements.Announcements, where it could be made
 
     # -- sending (any thread) ------------------------------------------------
     def send_heartbeat(self, wait, exiting=False, lock_timeout=-1):
@@ -28,8 +29,12 @@ class Agent(object):
         try:
             if ch.closed or not STATE.sending or not STATE.group_seen:
                 return False
-            data = Channel.encode(build_heartbeat(exiting))
-            STATE.last_sent = perf()
+            # Read before the records: an announcement after this count that
+            # the heartbeat also holds is told apart by its sequence number.
+            announced = self.announcements.written if self.announcements is not None else 0
+            msg = build_heartbeat(exiting)
+            msg["announced"] = announced
+            data = Channel.encode(msg)
             if exiting:
                 STATE.sending = False    # the last word: nothing may follow it
             return ch.send_bytes(data, wait)
@@ -37,12 +42,9 @@ class Agent(object):
             ch.lock.release()
 
     def eager(self):
-        """From a training thread as a collective starts: never waits."""
+        """A heartbeat now, from any thread: never waits."""
         try:
-            if not self.send_heartbeat(0.0, lock_timeout=0) and STATE.group_seen:
-                # The thread is sending a heartbeat built before this
-                # collective: it sends another one right after.
-                STATE.resend = True
+            self.send_heartbeat(0.0, lock_timeout=0)
         except Exception:
             pass
 
@@ -62,9 +64,6 @@ class Agent(object):
         next_beat = perf() + self.interval
         while STATE.sending and not ch.closed:
             try:
-                if STATE.resend:
-                    STATE.resend = False
-                    self.send_heartbeat(1.0)
                 timeout = next_beat - perf()
                 if timeout > 0 and ch.wait_readable(timeout):
                     msg = ch.recv()
@@ -104,6 +103,11 @@ class Agent(object):
     # -- process events ----------------------------------------------------------
     def at_exit(self):
         if os.getpid() == self.pid:
+            if self.announcements is not None:   # where the agent never mapped it
+                try:
+                    os.unlink(self.announcements.path)
+                except OSError:
+                    pass
             try:
                 self.send_heartbeat(1.0, exiting=True, lock_timeout=2.0)
             except Exception:

@@ -35,7 +35,7 @@ class State(object):
     __slots__ = ("sending", "stack", "open_depth", "open_since", "open_fb", "fb_ranges",
                  "records", "pending", "seen", "pg", "seq_fn", "base", "own_seq", "last_seq",
                  "steps", "opt_id", "fwd_count", "t_step", "step_seconds", "busy_seconds",
-                 "coll_seconds", "coll_at_step", "torch", "last_sent", "group_seen", "resend")
+                 "coll_seconds", "coll_at_step", "torch", "group_seen")
 
     def __init__(self):
         self.sending = False          # this is the claimed, connected rank process
@@ -44,7 +44,6 @@ class State(object):
         # and `import torch` may hold the GIL for seconds, which would read
         # as a silent rank.
         self.group_seen = False
-        self.resend = False           # an eager heartbeat found the channel busy
         self.stack = []               # active phases, innermost last (one per process)
         self.open_depth = 0           # nesting of forward/backward/collective
         self.open_since = 0           # sequence when the outermost of them began
@@ -67,7 +66,6 @@ class State(object):
         self.coll_seconds = 0.0       # total time inside wrapped collectives
         self.coll_at_step = 0.0
         self.torch = None             # torch.__version__ once torch is imported
-        self.last_sent = 0.0          # perf time of the last heartbeat sent
 
 
 STATE = State()

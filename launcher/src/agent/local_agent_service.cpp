@@ -154,8 +154,11 @@ void remove_sockets_of_dead_agents(const std::string& dir) {
   for (std::filesystem::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
     const std::filesystem::path& path = it->path();
     std::error_code type_ec;
-    if (path.extension() != ".sock" || !it->is_socket(type_ec)) continue;
-    // "<pid>.sock", and the Python companion's "<pid>.py.sock".
+    const bool socket = path.extension() == ".sock" && it->is_socket(type_ec);
+    const bool announcements = path.extension() == ".ann" && it->is_regular_file(type_ec);
+    if (!socket && !announcements) continue;
+    // "<pid>.sock", the Python companion's "<pid>.py.sock", and the
+    // "<pid>.py.<rank pid>.ann" of a rank whose agent died before mapping it.
     const std::string stem = path.stem().string();
     const std::string pid = stem.substr(0, stem.find('.'));
     if (pid.empty() || pid.size() > 9 || pid.find_first_not_of("0123456789") != std::string::npos) continue;

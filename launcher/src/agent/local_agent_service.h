@@ -53,9 +53,11 @@ class LocalAgentServer {
 /// /tmp/ddplaunch-<uid>, created 0700.
 std::string agent_socket_dir();
 
-/// Removes the agent sockets (<pid>.sock) in `dir` whose agent process is
-/// gone: an agent killed with SIGKILL cannot remove its own, and they would
-/// pile up until reboot. Other files are left alone. Best effort, never throws.
+/// Removes the agent sockets (<pid>.sock, <pid>.py.sock) and unmapped
+/// collective announcement files (<pid>.py.<rank pid>.ann) in `dir` whose
+/// agent process is gone: an agent killed with SIGKILL cannot remove its
+/// own, and they would pile up until reboot. Other files are left alone.
+/// Best effort, never throws.
 void remove_sockets_of_dead_agents(const std::string& dir);
 
 }  // namespace ddp

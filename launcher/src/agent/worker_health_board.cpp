@@ -17,18 +17,56 @@ void WorkerHealthBoard::record(RankReport report) {
   latest_[rank] = {std::move(report), clock_.now()};
 }
 
+void WorkerHealthBoard::attach_announcements(int rank, std::shared_ptr<const CollectiveAnnouncements> announcements) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  announcements_[rank] = std::move(announcements);
+}
+
+namespace {
+
+// Adds to `forwarded` the collectives its rank announced after its report
+// was made (started, and newer than anything the report has). The newest of
+// them then dates the report, so every age is restated as of that moment.
+void add_announced(const CollectiveAnnouncements& announcements, SteadyTime now, ForwardedReport& forwarded) {
+  constexpr size_t kMaxRecent = 64;  // as many as a heartbeat carries at most
+  RankReport& r = forwarded.report;
+  std::vector<CollectiveSeen> added;
+  for (CollectiveSeen& c : announcements.since(r.announced, now)) {
+    if (c.sequence <= r.last_enqueued) continue;  // the report has it already
+    r.last_enqueued = r.last_started = c.sequence;
+    added.push_back(std::move(c));                // ages as of now, for the moment
+  }
+  if (added.empty()) return;
+  r.phase = WorkerPhase::kCollective;
+  const Duration held = std::min(forwarded.held, added.back().age);  // the rank was alive then
+  for (CollectiveSeen& c : r.recent) c.age += forwarded.held - held;
+  for (CollectiveSeen& c : added) {
+    c.age -= held;
+    r.recent.push_back(std::move(c));
+  }
+  forwarded.held = held;
+  if (r.recent.size() > kMaxRecent) r.recent.erase(r.recent.begin(), r.recent.end() - kMaxRecent);
+}
+
+}  // namespace
+
 std::vector<ForwardedReport> WorkerHealthBoard::latest() const {
   std::lock_guard<std::mutex> lock(mutex_);
   const SteadyTime now = clock_.now();
   std::vector<ForwardedReport> out;
   out.reserve(latest_.size());
-  for (const auto& [rank, entry] : latest_) out.push_back({entry.first, now - entry.second});
+  for (const auto& [rank, entry] : latest_) {
+    ForwardedReport forwarded{entry.first, now - entry.second};
+    if (auto a = announcements_.find(rank); a != announcements_.end()) add_announced(*a->second, now, forwarded);
+    out.push_back(std::move(forwarded));
+  }
   return out;
 }
 
 void WorkerHealthBoard::clear() {
   std::lock_guard<std::mutex> lock(mutex_);
   latest_.clear();
+  announcements_.clear();
   pids_.clear();
   dump_requests_.clear();
   answers_.clear();

@@ -15,10 +15,12 @@
 
 #include <functional>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <optional>
 #include <vector>
 
+#include "companion/collective_announcements.h"
 #include "coordinator/coordinator_job.h"
 #include "stacks/rank_stacks.h"
 
@@ -35,7 +37,12 @@ class WorkerHealthBoard {
                              ProcessDescriber describe = {});
 
   void record(RankReport report);
-  /// The latest report of each worker, with how long it has been held here.
+  /// Where a Python rank announces each collective as it starts. Its reports
+  /// from then on include what it announced after they were made, even
+  /// once its process has gone. Kept until replaced or clear().
+  void attach_announcements(int rank, std::shared_ptr<const CollectiveAnnouncements> announcements);
+  /// The latest report of each worker, with how long it has been held here
+  /// (counted from its newest announcement where that is newer).
   std::vector<ForwardedReport> latest() const;
   /// A new generation: forget every worker, request and answer.
   void clear();
@@ -67,6 +74,7 @@ class WorkerHealthBoard {
   std::function<void()> stacks_listener_;
   mutable std::mutex mutex_;
   std::map<int, std::pair<RankReport, SteadyTime>> latest_;  // by rank
+  std::map<int, std::shared_ptr<const CollectiveAnnouncements>> announcements_;  // by rank
   std::map<int, int> pids_;                                  // by rank, from the supervisor
   std::map<int, DumpRequest> dump_requests_;                 // by rank, until answered
   std::vector<RankStacks> answers_;

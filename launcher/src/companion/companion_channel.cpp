@@ -11,9 +11,11 @@
 
 #include <cerrno>
 #include <cstring>
+#include <filesystem>
 #include <stdexcept>
 #include <vector>
 
+#include "companion/collective_announcements.h"
 #include "net/host_name.h"
 
 namespace ddp {
@@ -150,6 +152,17 @@ bool CompanionChannel::read_message(int fd, Connection& c) {
     }
     c.greeted = true;
     c.hello = *hello;
+    if (!hello->announcements.empty()) {
+      std::string why;
+      auto announcements = CollectiveAnnouncements::open(
+          hello->announcements, std::filesystem::path(path_).parent_path().string(), &why);
+      if (announcements) {
+        board_.attach_announcements(hello->rank, std::move(announcements));
+      } else {
+        spdlog::warn("rank {}: cannot read the collectives its Python companion announces in {}: {}", hello->rank,
+                     hello->announcements, why);
+      }
+    }
     spdlog::debug("rank {} (pid {}) reports through the Python companion (Python {}{})", hello->rank, c.pid,
                   hello->python, hello->torch.empty() ? "" : ", torch " + hello->torch);
     return true;

@@ -86,6 +86,7 @@ std::optional<CompanionHello> parse_companion_hello(const std::string& text) {
   h.generation = int_field(*j, "generation", -1);
   h.python = text_field(*j, "python");
   h.torch = text_field(*j, "torch");
+  h.announcements = text_field(*j, "announcements");
   if (h.rank < 0 || h.generation < 0) return std::nullopt;
   return h;
 }
@@ -108,6 +109,7 @@ std::optional<RankReport> parse_companion_heartbeat(const std::string& text, con
   r.last_started = sequence_field(*j, "last_started");
   r.last_completed = sequence_field(*j, "last_completed");
   r.exiting = bool_field(*j, "exiting");
+  r.announced = sequence_field(*j, "announced");
   const auto recent = j->find("recent");
   if (recent != j->end() && recent->is_array()) {
     // The newest entries matter: keep the tail when there are too many.

@@ -5,9 +5,11 @@
 // that does not parse yields nullopt, never an exception.
 //
 // Companion -> agent, one JSON object per message:
-//   {"type":"hello","version":1,"job_id","token","rank","local_rank","generation","pid","python","torch"}
+//   {"type":"hello","version":1,"job_id","token","rank","local_rank","generation","pid","python","torch",
+//    "announcements"}   (the file of collective_announcements.h, if it made one)
 //   {"type":"heartbeat","step","phase","step_seconds","busy_seconds","last_enqueued","last_started",
-//    "last_completed","recent":[{"sequence","op","bytes","dtype","state","age_ms"}],"exiting","torch"}
+//    "last_completed","recent":[{"sequence","op","bytes","dtype","state","age_ms"}],"exiting","torch",
+//    "announced"}
 //   {"type":"stacks","threads":[{"name","main","frames":[{"function","file","line","code"}]}]}
 //   {"type":"flight_recorder","path","summary"}
 // Agent -> companion: {"type":"dump_stacks"}.
@@ -32,6 +34,7 @@ struct CompanionHello {
   int64_t generation = -1;
   std::string python;  // the interpreter's version
   std::string torch;   // empty: not imported (yet)
+  std::string announcements;  // path of its collective announcements; empty: none
 };
 
 /// The message's "type", or kUnknown (also for text that is not a JSON object).

@@ -40,6 +40,8 @@ struct RankReport {
   uint64_t last_completed = 0;
   std::vector<CollectiveSeen> recent;  // the last few collectives, oldest first
   bool exiting = false;            // its last heartbeat: the worker is leaving
+  uint64_t announced = 0;          // Python companion: collectives it had announced when this
+                                   // report was made (collective_announcements.h)
 };
 
 }  // namespace ddp

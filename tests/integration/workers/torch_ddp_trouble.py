@@ -16,17 +16,12 @@ and all-reduces the loss for logging.
   --steps N         default 1000000 (the trouble ends the run long before)
   --step-sleep S    pause per step (default 0.02)
   --workers N       DataLoader workers (default 0; loader-crash uses 1)
-  --timing          rank 0 prints, at the end, the median step time after 20 warm-up
-                    steps and the CPU time of the companion's threads (for benchmarks):
-                    timing: median_step_ms=M steps=N companion_cpu_ms=C wall_s=W
 
 Just before the trouble the rank prints to stderr, flushed:
   torch_ddp_trouble: KIND at step N (rank R)
 """
 import argparse
 import datetime
-import os
-import statistics
 import sys
 import time
 
@@ -76,7 +71,6 @@ def main():
     ap.add_argument("--steps", type=int, default=1000000)
     ap.add_argument("--step-sleep", type=float, default=0.02)
     ap.add_argument("--workers", type=int, default=0)
-    ap.add_argument("--timing", action="store_true")
     args = ap.parse_args()
     kind, at, who = parse_trouble(args.trouble) if args.trouble else (None, -1, -1)
 
@@ -97,10 +91,7 @@ def main():
     if rank == 0:
         print(f"torch_ddp_trouble: {dist.get_world_size()} rank(s) started", flush=True)
 
-    step_times = []
-    started = time.monotonic()
     for step, (x, y) in enumerate(loader):
-        t0 = time.perf_counter()
         if mine and kind == "raise" and step == at:
             announce(kind, step, rank)
             raise ValueError(f"bad value at step {step}")
@@ -118,30 +109,10 @@ def main():
             dist.all_reduce(metric)
         if kind == "skip" and step == at:
             break
-        step_times.append(time.perf_counter() - t0)
         time.sleep(args.step_sleep)
     dist.barrier()
-    if rank == 0 and args.timing:
-        print(f"timing: median_step_ms={statistics.median(step_times[20:]) * 1e3:.4f} steps={len(step_times)} "
-              f"companion_cpu_ms={companion_cpu_ms():.1f} wall_s={time.monotonic() - started:.3f}", flush=True)
     if rank == 0:
         print("torch_ddp_trouble: done", flush=True)
-
-
-def companion_cpu_ms():
-    """User + system CPU time of this process's threads the companion started."""
-    total = 0
-    for tid in os.listdir("/proc/self/task"):
-        try:
-            with open(f"/proc/self/task/{tid}/comm") as f:
-                if not f.read().startswith("ddplaunch-comp"):
-                    continue
-            with open(f"/proc/self/task/{tid}/stat") as f:
-                fields = f.read().rsplit(")", 1)[1].split()
-            total += int(fields[11]) + int(fields[12])
-        except OSError:
-            continue
-    return total * 1000.0 / os.sysconf("SC_CLK_TCK")
 
 
 if __name__ == "__main__":

@@ -1,0 +1,76 @@
+"""The collectives this rank starts, announced to the agent through a small
+shared file instead of a message: a store into memory costs the training
+thread about a microsecond where a socket send (and the agent's wake-up)
+costs tens, and what is written survives the process, so a rank that dies
+inside a mismatched collective has still said which one it entered.
+
+The layout (launcher/src/companion/collective_announcements.h) is
+  header: b"DDPA", u32 version 1, u64 count of announcements so far
+  16 entries of 72 bytes, entry n (1-based) at slot (n - 1) % 16:
+    u64 n, u64 sequence, i64 bytes, u64 CLOCK_MONOTONIC ns, op[24], dtype[16]
+Each entry is written before the count that publishes it."""
+
+import itertools
+import mmap
+import os
+import struct
+import time
+
+MAGIC = b"DDPA"
+VERSION = 1
+SLOTS = 16
+HEADER = struct.Struct("<4sIQ")
+ENTRY = struct.Struct("<QQqQ24s16s")
+SIZE = HEADER.size + SLOTS * ENTRY.size
+COUNT = struct.Struct("<Q")
+COUNT_OFFSET = 8
+
+
+class Announcements(object):
+    """The writer. Owns the file's mapping; write() may be called from any
+    thread (a single struct store each, under the GIL)."""
+
+    def __init__(self, path):
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+        try:
+            os.ftruncate(fd, SIZE)
+            self.map = mmap.mmap(fd, SIZE)
+        except BaseException:
+            os.close(fd)
+            try:
+                os.unlink(path)
+            except OSError:
+                pass
+            raise
+        os.close(fd)
+        HEADER.pack_into(self.map, 0, MAGIC, VERSION, 0)
+        self.path = path
+        self.numbers = itertools.count(1)
+        self.written = 0          # the count last published
+        self._names = {}
+
+    def _name(self, text):
+        b = self._names.get(text)
+        if b is None:
+            b = self._names[text] = text.encode("ascii", "replace")
+        return b
+
+    def write(self, sequence, op, nbytes, dtype):
+        n = next(self.numbers)
+        names = self._names
+        ENTRY.pack_into(self.map, HEADER.size + ((n - 1) % SLOTS) * ENTRY.size, n, sequence, nbytes,
+                        time.monotonic_ns(), names.get(op) or self._name(op),
+                        names.get(dtype) or self._name(dtype))
+        COUNT.pack_into(self.map, COUNT_OFFSET, n)
+        self.written = n
+
+
+def create(socket_path, pid):
+    """The file next to the agent's socket (in its private folder), or None."""
+    base = os.path.basename(socket_path)
+    if base.endswith(".sock"):
+        base = base[:-len(".sock")]
+    try:
+        return Announcements(os.path.join(os.path.dirname(socket_path), "%s.%d.ann" % (base, pid)))
+    except (OSError, ValueError):
+        return None

@@ -1,0 +1,63 @@
+#pragma once
+// CollectiveAnnouncements: the Python companion's note of each collective a
+// rank starts, written into a small shared file that this agent maps. A
+// socket message per collective would cost the rank a system call and a
+// wake-up of the agent at every collective (tens of microseconds on a busy
+// machine); a store into shared memory costs it about a microsecond. And
+// what is in the mapping outlives the process: a rank that aborts inside a
+// mismatched collective has still said which one it entered.
+//
+// The file (little-endian, written only by the companion, layout version 1):
+//   header, 16 bytes:  "DDPA" | u32 version | u64 count (announcements so far)
+//   kSlots entries of 72 bytes each, entry n (1-based) at slot (n-1) % kSlots:
+//     u64 n | u64 sequence | i64 bytes | u64 started (CLOCK_MONOTONIC ns)
+//     | char op[24] | char dtype[16]   (NUL-padded names)
+// The companion writes an entry, then the count. A reader that sees count c
+// reads entries c-kSlots+1..c and keeps those whose own n is the expected
+// one and that were not overwritten meanwhile (count read again after).
+//
+// The companion creates the file in the agent's private runtime folder and
+// names it in its hello; the agent maps it and removes the name at once, so
+// nothing is left behind when either side dies.
+//
+// Ownership: owns the mapping. Threading: const methods, safe from any thread.
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "health/rank_health.h"
+
+namespace ddp {
+
+class CollectiveAnnouncements {
+ public:
+  static constexpr size_t kSlots = 16;
+  static constexpr size_t kHeaderBytes = 16;
+  static constexpr size_t kEntryBytes = 72;
+  static constexpr size_t kFileBytes = kHeaderBytes + kSlots * kEntryBytes;
+
+  /// Maps `path`, which must be a regular file of this user directly inside
+  /// `folder` with the header above, and removes its name. nullptr with
+  /// *error set when it is not such a file.
+  static std::unique_ptr<CollectiveAnnouncements> open(const std::string& path, const std::string& folder,
+                                                       std::string* error);
+  ~CollectiveAnnouncements();
+  CollectiveAnnouncements(const CollectiveAnnouncements&) = delete;
+  CollectiveAnnouncements& operator=(const CollectiveAnnouncements&) = delete;
+
+  /// How many announcements have been written.
+  uint64_t count() const;
+  /// The announcements numbered above `after` that are still in the file,
+  /// oldest first: state "started", age as of `now` (a SteadyTime of the
+  /// system clock, which is CLOCK_MONOTONIC like the stamps).
+  std::vector<CollectiveSeen> since(uint64_t after, SteadyTime now) const;
+
+ private:
+  explicit CollectiveAnnouncements(const unsigned char* data) : data_(data) {}
+  const unsigned char* data_;  // kFileBytes, mapped read-only
+};
+
+}  // namespace ddp
