@@ -30,4 +30,36 @@ SelectedJob select_running_job(const std::string& command, const std::string& jo
   return {jobs.back(), 0};
 }
 
+std::optional<int> parse_job_command_line(CLI::App& app, const std::string& command, const std::string& json_instead_of,
+                                          JobCommandLine& line, int argc, const char* const* argv) {
+  app.add_option("--job", line.job_id, "the job id (--rdzv-id); needed when several jobs run");
+  app.add_flag("--json", line.json, "one JSON document instead of " + json_instead_of);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp&) {
+    std::printf("%s", app.help().c_str());
+    return 0;
+  } catch (const CLI::ParseError& e) {
+    std::fprintf(stderr, "ddplaunch %s: error: %s\n", command.c_str(), e.what());
+    return 2;
+  }
+  return std::nullopt;
+}
+
+int ask_running_job(const std::string& command, const std::string& job_id,
+                    const std::function<Status(CoordinatorClient&, std::string&)>& ask, RunningJob* job,
+                    std::string* reply) {
+  const SelectedJob selected = select_running_job(command, job_id);
+  if (!selected.job) return selected.exit_code;
+  *job = *selected.job;
+  CoordinatorClient client(job->endpoint, job->job_id, job->token, TlsFiles{job->tls_cert, job->tls_key, job->tls_ca});
+  const Status s = ask(client, *reply);
+  if (!s.ok()) {
+    std::fprintf(stderr, "ddplaunch %s: error: the coordinator of job %s at %s: %s\n", command.c_str(),
+                 job->job_id.c_str(), job->endpoint.c_str(), s.message().c_str());
+    return 1;
+  }
+  return 0;
+}
+
 }  // namespace ddp

@@ -1,13 +1,19 @@
 #pragma once
-// Which running job a subcommand (`status`, `stacks`) talks to: the one job of
+// What the subcommands that talk to a running job (`status`, `stacks`) share:
+// their --job/--json command line, and which job they talk to: the one job of
 // this user on this machine, or the one --job names; with several agents of
-// one job here, the newest. Says why on stderr when there is none.
+// one job here, the newest. Each says why on stderr, in one line, when it
+// cannot go on.
 //
-// Threading: free function, no shared state.
+// Threading: free functions, no shared state.
 
+#include <CLI/CLI.hpp>
+
+#include <functional>
 #include <optional>
 #include <string>
 
+#include "coordinator/coordinator_client.h"
 #include "job/job_registry.h"
 
 namespace ddp {
@@ -19,5 +25,23 @@ struct SelectedJob {
 
 /// command: "status", "stacks", ... for the error line.
 SelectedJob select_running_job(const std::string& command, const std::string& job_id);
+
+struct JobCommandLine {
+  std::string job_id;  // --job
+  bool json = false;    // --json
+};
+
+/// Adds --job and --json ("one JSON document instead of " + json_instead_of)
+/// to `app`, which may hold options of its own, and parses argv. Returns the
+/// exit code when the command ends here: 0 after printing the help, 2 after
+/// one error line.
+std::optional<int> parse_job_command_line(CLI::App& app, const std::string& command, const std::string& json_instead_of,
+                                          JobCommandLine& line, int argc, const char* const* argv);
+
+/// Selects the job (select_running_job) and asks its coordinator through
+/// `ask`. 0 with *job and *reply set, else the exit code after one error line.
+int ask_running_job(const std::string& command, const std::string& job_id,
+                    const std::function<Status(CoordinatorClient&, std::string&)>& ask, RunningJob* job,
+                    std::string* reply);
 
 }  // namespace ddp

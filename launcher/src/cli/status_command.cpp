@@ -5,7 +5,6 @@
 
 #include <cstdio>
 
-#include "coordinator/coordinator_client.h"
 #include "cli/job_selection.h"
 
 namespace ddp {
@@ -67,32 +66,18 @@ std::string render_status(const nlohmann::json& s) {
 
 int run_status_command(int argc, const char* const* argv) {
   CLI::App app{"ddplaunch status: the live view of a running job", "ddplaunch status"};
-  std::string job_id;
-  bool json = false;
-  app.add_option("--job", job_id, "the job id (--rdzv-id); needed when several jobs run");
-  app.add_flag("--json", json, "one JSON document instead of the table");
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::CallForHelp&) {
-    std::printf("%s", app.help().c_str());
-    return 0;
-  } catch (const CLI::ParseError& e) {
-    std::fprintf(stderr, "ddplaunch status: error: %s\n", e.what());
-    return 2;
-  }
-  const SelectedJob selected = select_running_job("status", job_id);
-  if (!selected.job) return selected.exit_code;
-  const RunningJob& job = *selected.job;
-  CoordinatorClient client(job.endpoint, job.job_id, job.token, TlsFiles{job.tls_cert, job.tls_key, job.tls_ca});
+  JobCommandLine line;
+  if (const auto done = parse_job_command_line(app, "status", "the table", line, argc, argv)) return *done;
+  RunningJob job;
   std::string text;
-  const Status s = client.status(std::chrono::seconds(5), text);
-  if (!s.ok()) {
-    std::fprintf(stderr, "ddplaunch status: error: the coordinator of job %s at %s: %s\n", job.job_id.c_str(),
-                 job.endpoint.c_str(), s.message().c_str());
-    return 1;
+  if (const int failed = ask_running_job(
+          "status", line.job_id,
+          [](CoordinatorClient& client, std::string& reply) { return client.status(std::chrono::seconds(5), reply); },
+          &job, &text)) {
+    return failed;
   }
   nlohmann::json status = nlohmann::json::parse(text, nullptr, false);
-  if (json) {
+  if (line.json) {
     // Each rank's state as the table words it (running, in collective, late, silent, exited, no heartbeats).
     if (status.contains("ranks") && status["ranks"].contains("ranks")) {
       const double timeout = status["ranks"].value("hang_timeout_s", 300.0);

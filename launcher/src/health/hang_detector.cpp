@@ -5,6 +5,8 @@
 
 #include <fmt/format.h>
 
+#include "health/rank_list.h"
+
 namespace ddp {
 
 namespace {
@@ -37,24 +39,6 @@ std::string format_bytes(int64_t bytes) {
 std::string format_bytes_exact(int64_t bytes) {
   if (bytes < 1024) return format_bytes(bytes);
   return fmt::format("{} ({} B)", format_bytes(bytes), bytes);
-}
-
-/// "0,1,3" or "0-7,9": runs of three or more as ranges. `ranks` ascending.
-std::string format_ranks(const std::vector<int>& ranks) {
-  std::string out;
-  for (size_t i = 0; i < ranks.size();) {
-    size_t j = i;
-    while (j + 1 < ranks.size() && ranks[j + 1] == ranks[j] + 1) ++j;
-    if (!out.empty()) out += ',';
-    if (j - i >= 2) {
-      out += fmt::format("{}-{}", ranks[i], ranks[j]);
-    } else {
-      out += std::to_string(ranks[i]);
-      if (j > i) out += "," + std::to_string(ranks[j]);
-    }
-    i = j + 1;
-  }
-  return out;
 }
 
 std::string rank_word(const std::vector<int>& ranks) {

@@ -9,6 +9,8 @@
 
 #include <fmt/format.h>
 
+#include "health/rank_list.h"
+
 namespace ddp {
 
 namespace {
@@ -299,24 +301,6 @@ void mark_unique_smallest_group(std::vector<StackGroup>& groups) {
 }
 
 // ---------------------------------------------------------------- text
-
-/// "0,1,3" or "0-7,9": runs of three or more as ranges. `ranks` ascending.
-std::string format_ranks(const std::vector<int>& ranks) {
-  std::string out;
-  for (size_t i = 0; i < ranks.size();) {
-    size_t j = i;
-    while (j + 1 < ranks.size() && ranks[j + 1] == ranks[j] + 1) ++j;
-    if (!out.empty()) out += ',';
-    if (j - i >= 2) {
-      out += fmt::format("{}-{}", ranks[i], ranks[j]);
-    } else {
-      out += std::to_string(ranks[i]);
-      if (j > i) out += "," + std::to_string(ranks[j]);
-    }
-    i = j + 1;
-  }
-  return out;
-}
 
 /// "ranks 0,1 (2 of 3)" or "rank 2 (1 of 3)".
 std::string ranks_label(const std::vector<int>& ranks, int asked) {
