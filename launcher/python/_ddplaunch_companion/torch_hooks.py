@@ -104,9 +104,9 @@ def _phase_wrapper(phase):
 
 
 def _patch_torch(torch):
-    backward = _phase_wrapper(BACKWARD)
-    wrapping.replace(torch.Tensor, "backward", backward)
-    wrapping.replace(torch.autograd, "backward", backward)
+    # Tensor.backward calls torch.autograd.backward through the module, so
+    # wrapping the latter covers both (one wrapper per step, not two).
+    wrapping.replace(torch.autograd, "backward", _phase_wrapper(BACKWARD))
     save = wrapping.replace(torch, "save", _phase_wrapper(CHECKPOINT))
     serialization = sys.modules.get("torch.serialization")
     if save is not None and getattr(serialization, "save", None) is save.__wrapped__:
