@@ -10,6 +10,9 @@ inline constexpr int kSuccess = 0;
 inline constexpr int kUsage = 2;
 /// ddplaunch itself could not run the job (e.g. fork failed).
 inline constexpr int kInternal = 70;
+/// A node of the job went silent (its agent died, was cut off or stopped
+/// heartbeating); every agent of the job exits with it.
+inline constexpr int kNodeLost = 123;
 /// A hung rank was detected (heartbeats; see the hang detector).
 inline constexpr int kHang = 124;
 /// Rendezvous with the coordinator failed.

@@ -13,6 +13,8 @@
 #include <thread>
 #include <vector>
 
+#include "exit_codes.h"
+
 namespace ddp {
 namespace {
 
@@ -325,7 +327,7 @@ TEST_F(CoordinatorJobTest, HeartbeatKeepsANodeAlivePastNodeTimeoutWhileASilentNo
 
   ASSERT_TRUE(report(0, 0, 143, /*stopped=*/true).ok());
   EXPECT_TRUE(job().finished());
-  EXPECT_EQ(job().current_view().exit_code, kNodeLostExitCode);
+  EXPECT_EQ(job().current_view().exit_code, exit_code::kNodeLost);
 }
 
 TEST_F(CoordinatorJobTest, HeartbeatForAnEarlierGenerationDoesNotKeepANodeAlive) {
@@ -340,7 +342,7 @@ TEST_F(CoordinatorJobTest, HeartbeatForAnEarlierGenerationDoesNotKeepANodeAlive)
   clock().advance(6s);
   job().tick();
   EXPECT_TRUE(job().finished());
-  EXPECT_EQ(job().current_view().exit_code, kNodeLostExitCode);
+  EXPECT_EQ(job().current_view().exit_code, exit_code::kNodeLost);
 }
 
 TEST_F(CoordinatorJobTest, EveryNodeSilentFinishesTheJobWithTheNodeLostCode) {
@@ -351,7 +353,7 @@ TEST_F(CoordinatorJobTest, EveryNodeSilentFinishesTheJobWithTheNodeLostCode) {
   EXPECT_TRUE(job().finished());
   const GenerationView v = job().current_view();
   EXPECT_EQ(v.state, GenerationState::kFinished);
-  EXPECT_EQ(v.exit_code, kNodeLostExitCode);
+  EXPECT_EQ(v.exit_code, exit_code::kNodeLost);
   EXPECT_EQ(v.failed_node, 0);
 }
 
@@ -1042,7 +1044,7 @@ TEST_F(CoordinatorJobTest, RendezvousTimeoutEndsTheJobAndItsCallbackMayCallBackI
   ASSERT_TRUE(finishes_within(h, [j] { j->tick(); }));
   EXPECT_EQ(calls->load(), 1);
   EXPECT_TRUE(job().finished());
-  EXPECT_EQ(job().current_view().exit_code, kRendezvousFailedExitCode);
+  EXPECT_EQ(job().current_view().exit_code, exit_code::kRendezvous);
 }
 
 // Agents on many threads: joins, barrier and outcomes complete without a lost

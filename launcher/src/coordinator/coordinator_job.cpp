@@ -7,6 +7,7 @@
 
 #include <algorithm>
 
+#include "exit_codes.h"
 #include "stacks/stack_merge.h"
 
 namespace ddp {
@@ -174,7 +175,7 @@ void CoordinatorJob::check_health(SteadyTime now, Fired& fired) {
   v.details["stacks"] = std::move(stacks);
   hang_stacks_.reset();
   NodeOutcome cause;
-  cause.exit_code = kHangExitCode;
+  cause.exit_code = exit_code::kHang;
   cause.failed_rank = v.culprits.empty() ? -1 : v.culprits.front();
   cause.node_rank = cause.failed_rank >= 0 ? cause.failed_rank / std::max(config_.nproc, 1) : -1;
   cause.description = fmt::format("{}: {}", to_string(v.kind), v.summary);
@@ -452,7 +453,7 @@ void CoordinatorJob::tick() {
       // The world cannot form: the job is over (its agents exit with a
       // rendezvous failure), and a standalone coordinator may forget it.
       finished_view_ = view_of(generation_);
-      finished_view_.exit_code = kRendezvousFailedExitCode;
+      finished_view_.exit_code = exit_code::kRendezvous;
       finished_view_.reason = "rendezvous timed out";
       set_state(GenerationState::kFinished, fired);
     }
@@ -464,7 +465,7 @@ void CoordinatorJob::tick() {
         if (outcomes_[n] || now - last_heartbeat_[n] < config_.node_timeout) continue;
         NodeOutcome lost;
         lost.node_rank = node;
-        lost.exit_code = kNodeLostExitCode;
+        lost.exit_code = exit_code::kNodeLost;
         lost.description = fmt::format(
             "node {} ({}) went silent: no agent heartbeat for {:.1f} s", node, rendezvous_.hosts()[n],
             std::chrono::duration<double>(now - last_heartbeat_[n]).count());

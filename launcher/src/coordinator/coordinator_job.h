@@ -81,13 +81,6 @@ using WatchCallback = std::function<void(const Status&, const GenerationView&)>;
 /// The merged stacks of every rank (JSON, see StacksReply), or why not.
 using StacksCallback = std::function<void(const Status&, const std::string& json)>;
 
-/// The exit code every agent uses when a node went silent.
-inline constexpr int kNodeLostExitCode = 123;
-/// The exit code of a job whose world never formed (exit_code::kRendezvous).
-inline constexpr int kRendezvousFailedExitCode = 125;
-/// The exit code of a job declared hung (exit_code::kHang).
-inline constexpr int kHangExitCode = 124;
-
 class CoordinatorJob {
  public:
   CoordinatorJob(std::string job_id, std::string token, JobConfig config, const Clock& clock, UniqueIdSource& ids);
