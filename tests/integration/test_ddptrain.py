@@ -203,6 +203,33 @@ class TrainingTest(DdptrainCase):
     def test_world_sizes_agree_fp64(self):
         self.world_sizes("fp64", 1e-10)
 
+    def test_resume_on_another_world_size_with_a_global_batch(self):
+        # What an elastic job does after losing or gaining nodes: the checkpoint
+        # of a 2-rank run, resumed on 1 rank and on 4, with the same global batch.
+        common = ("--global-batch-size", 16, "--momentum", 0.9, "--samples", 256, "--precision", "fp64",
+                  "--log-every", 0)
+        reference = self.tmp / "uninterrupted.pt"
+        self.train(2, *common, "--steps", 20, "--save-final", reference)
+        for world in (1, 4):
+            ck = self.tmp / f"ck{world}"
+            first = self.train(2, *common, "--steps", 10, "--checkpoint-dir", ck)
+            self.assertIn("batch 8 x 2 = 16", first.out, first.describe())
+            final = self.tmp / f"resumed{world}.pt"
+            res = self.train(world, *common, "--steps", 20, "--checkpoint-dir", ck, "--save-final", final)
+            self.assertIn(f"batch {16 // world} x {world} = 16", res.out, res.describe())
+            self.assertIn(f"the checkpoint was written by 2 rank(s); continuing on {world} with the same global "
+                          "batch 16", res.out, res.describe())
+            self.assertNotIn("warning", res.out, res.describe())
+            (row,) = self.compare((final, reference))
+            self.assert_mlp_layout(row, "float64")
+            self.assert_close(row, 1e-10, f"10 steps on 2 ranks then 10 on {world} vs 20 on 2")
+
+    def test_a_world_size_that_does_not_divide_the_global_batch_is_refused(self):
+        res = self.train(3, "--global-batch-size", 16, "--steps", 2, "--log-every", 0, expect_rc=None)
+        self.assertNotEqual(res.rc, 0, res.describe())
+        self.assertIn("ddptrain: error: --global-batch-size 16 is not divisible by the 3 ranks of this run", res.err,
+                      res.describe())
+
     def test_bf16_autocast_tracks_fp32(self):
         files, losses = {}, {}
         for precision in ("fp32", "bf16"):

@@ -14,7 +14,8 @@ void check(const TrainOptions& o) {
   if (o.steps < 1) fail("--steps must be at least 1");
   if (o.batch_size < 1) fail("--batch-size must be at least 1");
   if (o.grad_accum < 1) fail("--grad-accum must be at least 1");
-  if (o.batch_size % o.grad_accum != 0) {
+  if (o.global_batch_size < 0) fail("--global-batch-size must be positive");
+  if (o.global_batch_size == 0 && o.batch_size % o.grad_accum != 0) {
     fail("--batch-size " + std::to_string(o.batch_size) + " is not a multiple of --grad-accum " +
          std::to_string(o.grad_accum) + " (each step runs grad-accum micro-batches of equal size)");
   }
@@ -88,7 +89,11 @@ std::optional<TrainOptions> parse_train_options(int argc, char** argv) {
   app.add_flag("--shuffle", o.shuffle, "shuffle each epoch (deterministic from the seed)");
 
   app.add_option("--steps", o.steps, "optimizer steps");
-  app.add_option("--batch-size", o.batch_size, "samples per rank and step");
+  auto* per_rank = app.add_option("--batch-size", o.batch_size, "samples per rank and step");
+  app.add_option("--global-batch-size", o.global_batch_size,
+                 "samples per step over all ranks, each rank taking an equal share (instead of --batch-size): "
+                 "the same training on any world size that divides it, so a job can resume on fewer or more ranks")
+      ->excludes(per_rank);
   app.add_option("--grad-accum", o.grad_accum, "micro-batches per step (reduced once per step)");
   app.add_option("--optimizer", o.optimizer)->check(CLI::IsMember({"sgd", "adamw"}));
   app.add_option("--lr", o.lr, "learning rate");
@@ -140,6 +145,22 @@ std::optional<TrainOptions> parse_train_options(int argc, char** argv) {
   if (o.mlp_sizes.size() < 2) throw TrainUsageError("--mlp-sizes needs at least two sizes: input,...,classes");
   check(o);
   return o;
+}
+
+int64_t per_rank_batch(const TrainOptions& o, int world_size) {
+  if (o.global_batch_size <= 0) return o.batch_size;
+  if (world_size < 1 || o.global_batch_size % world_size != 0) {
+    throw TrainUsageError("--global-batch-size " + std::to_string(o.global_batch_size) + " is not divisible by the " +
+                          std::to_string(world_size) + " ranks of this run: each rank takes an equal share, so " +
+                          "give a multiple of the world size");
+  }
+  const int64_t batch = o.global_batch_size / world_size;
+  if (batch % o.grad_accum != 0) {
+    throw TrainUsageError("--global-batch-size " + std::to_string(o.global_batch_size) + " gives each of the " +
+                          std::to_string(world_size) + " ranks " + std::to_string(batch) +
+                          " samples, not a multiple of --grad-accum " + std::to_string(o.grad_accum));
+  }
+  return batch;
 }
 
 }  // namespace ddp::train

@@ -33,6 +33,7 @@ struct TrainOptions {
   // Optimization.
   int64_t steps = 100;
   int64_t batch_size = 32;    // per rank and step
+  int64_t global_batch_size = 0;  // > 0: per step over all ranks; each rank takes G / world size
   int64_t grad_accum = 1;     // micro-batches per step (batch_size / grad_accum samples each)
   std::string optimizer = "sgd";  // sgd | adamw
   double lr = 0.1;
@@ -75,5 +76,12 @@ std::vector<int64_t> parse_int_list(const std::string& text, const std::string& 
 
 /// Parses argv; nullopt after --help (printed). Throws TrainUsageError.
 std::optional<TrainOptions> parse_train_options(int argc, char** argv);
+
+/// Samples per rank and step on `world_size` ranks: --batch-size, or
+/// --global-batch-size / world_size. With a global batch the mathematics of a
+/// step do not depend on the world size, so a job may resume on another one.
+/// Throws TrainUsageError when the world size does not divide the global
+/// batch, or the rank's share does not split into --grad-accum micro-batches.
+int64_t per_rank_batch(const TrainOptions& o, int world_size);
 
 }  // namespace ddp::train

@@ -95,6 +95,7 @@ class Trainer {
     }
     init.backend = o_.backend != "auto" ? o_.backend : (cuda_wanted ? "auto" : "gloo");
     group_ = ddp::init(init);
+    batch_ = per_rank_batch(o_, group_->world_size);
     if (cuda_wanted) {
       device_ = torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(group_->local_rank % torch::cuda::device_count()));
     }
@@ -161,7 +162,7 @@ class Trainer {
 
   nlohmann::json checkpoint_metadata(int64_t next_step) const {
     return {{"next_step", next_step}, {"model", o_.model},       {"mlp_sizes", o_.mlp_sizes},
-            {"seed", o_.seed},        {"world_size", group_->world_size}, {"batch_size", o_.batch_size},
+            {"seed", o_.seed},        {"world_size", group_->world_size}, {"batch_size", batch_},
             {"optimizer", o_.optimizer}, {"precision", o_.precision}};
   }
 
@@ -180,12 +181,17 @@ class Trainer {
           throw std::runtime_error("checkpoint " + found->path + " was written for another model (" + m.dump() + ")");
         }
         std::printf("ddptrain: resuming from %s (step %lld)\n", found->path.c_str(), static_cast<long long>(found->step));
-        if (m.value("world_size", group_->world_size) != group_->world_size ||
-            m.value("batch_size", o_.batch_size) != o_.batch_size) {
+        // Step s reads global positions [s*G, (s+1)*G) whatever the world
+        // size: only a different global batch changes the training.
+        const int world = m.value("world_size", group_->world_size);
+        const int64_t batch = m.value("batch_size", batch_);
+        if (world * batch != batch_ * group_->world_size) {
           std::printf("ddptrain: warning: the checkpoint was written with %d rank(s) x batch %lld; the data order "
                       "from here on follows this run's %d x %lld\n",
-                      m.value("world_size", 0), static_cast<long long>(m.value("batch_size", int64_t{0})),
-                      group_->world_size, static_cast<long long>(o_.batch_size));
+                      world, static_cast<long long>(batch), group_->world_size, static_cast<long long>(batch_));
+        } else if (world != group_->world_size) {
+          std::printf("ddptrain: the checkpoint was written by %d rank(s); continuing on %d with the same global "
+                      "batch %lld\n", world, group_->world_size, static_cast<long long>(batch_ * group_->world_size));
         }
         std::fflush(stdout);
         payload = std::move(found->payload);
@@ -204,8 +210,8 @@ class Trainer {
                 "%lld steps from step %lld\n",
                 o_.model.c_str(), static_cast<long long>(parameter_count(*model_)), group_->world_size,
                 group_->source.c_str(), group_->collective().backend().c_str(), device_.str().c_str(),
-                static_cast<long long>(data_->size()), static_cast<long long>(o_.batch_size), group_->world_size,
-                static_cast<long long>(o_.batch_size * group_->world_size), static_cast<long long>(o_.steps),
+                static_cast<long long>(data_->size()), static_cast<long long>(batch_), group_->world_size,
+                static_cast<long long>(batch_ * group_->world_size), static_cast<long long>(o_.steps),
                 static_cast<long long>(start_step_));
     std::fflush(stdout);
   }
@@ -232,7 +238,7 @@ class Trainer {
     for (auto& g : optimizer_->param_groups()) g.options().set_lr(lr);
     clear_gradients();
 
-    const torch::Tensor indices = shard_indices(s, group_->rank, group_->world_size, o_.batch_size, data_->size(),
+    const torch::Tensor indices = shard_indices(s, group_->rank, group_->world_size, batch_, data_->size(),
                                                 o_.shuffle ? std::optional<uint64_t>(o_.seed) : std::nullopt);
     Batch batch = data_->gather(indices);
     batch.input = batch.input.to(device_, model_->token_input() ? torch::kLong : input_dtype_);
@@ -240,7 +246,7 @@ class Trainer {
     const SteadyTime data_end = now();
     trace_.span("data", TraceLane::kCompute, step_start, data_end, s);
 
-    const int64_t micro = o_.batch_size / o_.grad_accum;
+    const int64_t micro = batch_ / o_.grad_accum;
     double loss_sum = 0;
     for (int64_t k = 0; k < o_.grad_accum; ++k) {
       const bool last = k + 1 == o_.grad_accum;
@@ -274,7 +280,7 @@ class Trainer {
     progress.set_phase(Phase::kOther);
     progress.end_step();
     const Seconds took = o1 - step_start;
-    const int64_t samples = o_.batch_size * group_->world_size;
+    const int64_t samples = batch_ * group_->world_size;
     window_.add(took, samples, communication, exposed);
     total_.add(took, samples, communication, exposed);
     last_local_loss_ = loss_sum;
@@ -351,6 +357,7 @@ class Trainer {
   }
 
   const TrainOptions& o_;
+  int64_t batch_ = 0;  // samples per rank and step (per_rank_batch)
   std::unique_ptr<ProcessGroup> group_;
   torch::Device device_{torch::kCPU};
   torch::ScalarType input_dtype_ = torch::kFloat;
