@@ -13,6 +13,10 @@ inline constexpr int kInternal = 70;
 /// A node of the job went silent (its agent died, was cut off or stopped
 /// heartbeating); every agent of the job exits with it.
 inline constexpr int kNodeLost = 123;
+/// Asked to stop (SIGTERM with --stop-timeout), every rank stopped at a step
+/// boundary and exited 0: the job is unfinished and should run again
+/// (EX_TEMPFAIL; a Slurm script requeues on it).
+inline constexpr int kRequeue = 75;
 /// A hung rank was detected (heartbeats; see the hang detector).
 inline constexpr int kHang = 124;
 /// Rendezvous with the coordinator failed.

@@ -7,6 +7,8 @@
 #include <cstdio>
 #include <cstdlib>
 #include <ctime>
+#include <fstream>
+#include <iterator>
 #include <mutex>
 #include <string>
 
@@ -86,6 +88,48 @@ void TrainingProgress::end_step() {
   step_seconds_.store(seconds, std::memory_order_relaxed);
   busy_seconds_.store(std::max(0.0, seconds - waited_seconds_.load(std::memory_order_relaxed)),
                       std::memory_order_relaxed);
+}
+
+std::string TrainingProgress::stop_file_from_environment() {
+  const char* path = std::getenv("DDPLAUNCH_STOP_FILE");
+  return path != nullptr ? path : "";
+}
+
+bool TrainingProgress::stop_requested() const {
+  int64_t at = stop_at_.load(std::memory_order_relaxed);
+  if (at == kNotAsked) {
+    if (stop_file_.empty()) return false;
+    std::ifstream in(stop_file_);
+    if (!in) return false;  // no request (the launcher renames it into place whole)
+    const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    const std::optional<int64_t> parsed = parse_stop_at_step(text);
+    if (!parsed) return false;
+    at = *parsed;
+    stop_at_.store(at, std::memory_order_relaxed);
+  }
+  return at < 0 || step_.load(std::memory_order_relaxed) + 1 >= at;
+}
+
+std::optional<int64_t> parse_stop_at_step(const std::string& text) {
+  const std::string key = "\"stop_at_step\"";
+  size_t i = text.find(key);
+  if (i == std::string::npos) return std::nullopt;
+  i += key.size();
+  auto skip_space = [&] {
+    while (i < text.size() && (text[i] == ' ' || text[i] == '\t' || text[i] == '\n' || text[i] == '\r')) ++i;
+  };
+  skip_space();
+  if (i >= text.size() || text[i] != ':') return std::nullopt;
+  ++i;
+  skip_space();
+  if (text.compare(i, 4, "null") == 0) return -1;
+  int64_t value = 0;
+  size_t digits = 0;
+  for (; i < text.size() && text[i] >= '0' && text[i] <= '9' && digits < 18; ++i, ++digits) {
+    value = value * 10 + (text[i] - '0');
+  }
+  if (digits == 0) return std::nullopt;
+  return value;
 }
 
 void TrainingProgress::add_wait(double seconds) {

@@ -268,6 +268,41 @@ class TrainingTest(DdptrainCase):
         (row,) = self.compare((final, reference))
         self.assert_bitwise(row, "crash at step 12, resumed from step 10")
 
+    def test_sigterm_preemption_stops_at_a_step_boundary_and_resumes_bitwise(self):
+        # Slurm's --signal or a Kubernetes eviction: SIGTERM with --stop-timeout.
+        args = ("--batch-size", 8, "--momentum", 0.9, "--samples", 512, "--mlp-sizes", "32,1024,1024,10",
+                "--log-every", 0, "--steps", 1500)
+        launch_opts = ("--heartbeat-interval=0.2", "--stop-timeout=60")
+        reference = self.tmp / "uninterrupted.pt"
+        self.train(2, *args, "--save-final", reference, timeout=120)
+        ck = self.tmp / "ck"
+        launch = self.start([*launch_opts, *self.launch_args(2, [DDPTRAIN], [*args, "--checkpoint-dir", ck,
+                                                                            "--checkpoint-every", 100])],
+                            env_extra=self.train_env())
+        self.assertTrue(wait_until(lambda: any(s >= 200 for s in checkpoint_steps(ck)), 60),
+                        "no checkpoint at step 200 within 60 s")
+        os.kill(launch.pid, signal.SIGTERM)
+        res = self.finish(launch, timeout=90)
+        self.assertEqual(res.rc, 75, res.describe())
+        m = re.search(r"ddptrain: stopping after step (\d+) of 1500 as ddplaunch asked \(checkpoint written\)",
+                      res.out)
+        self.assertIsNotNone(m, res.describe())
+        stopped_at = int(m.group(1))
+        self.assertGreater(stopped_at, 200, res.describe())
+        self.assertLess(stopped_at, 1500, res.describe())
+        self.assertEqual(max(checkpoint_steps(ck)), stopped_at)
+        [request] = list(self.tmp.glob("logs/*/attempt_0/stop_request.json"))
+        self.assertEqual(json.loads(request.read_text())["stop_at_step"], stopped_at)
+        self.assertIn("every rank stopped at a step boundary on request; exit code 75", res.err, res.describe())
+        self.assertNotIn("did not all stop", res.err, res.describe())
+
+        final = self.tmp / "resumed.pt"
+        again = self.train(2, *args, "--checkpoint-dir", ck, "--save-final", final, timeout=120)
+        self.assertIn(f"(step {stopped_at})", again.out, again.describe())
+        (row,) = self.compare((final, reference))
+        self.assert_bitwise(row, f"preempted after step {stopped_at}, started again")
+        self.assert_no_leftovers()
+
     def test_adamw_cosine_crash_and_resume_is_bitwise_equal(self):
         # AdamW's moments and step count and the schedule's position must all be in the checkpoint.
         args = ("--batch-size", 8, "--samples", 512, "--log-every", 0, "--optimizer", "adamw", "--lr", 0.01,

@@ -286,5 +286,27 @@ def _ppid(pid):
         return None
 
 
+
+class PythonPreemptionTests(PythonCompanionTestCase):
+    def test_sigterm_stops_every_rank_after_the_same_step(self):
+        launch = self.start([f"--nproc-per-node={NPROC}", "--heartbeat-interval=0.2", "--stop-timeout=30",
+                             worker("torch_ddp_preemptible.py"), self.outdir])
+        self.wait_for_files(["ready"], timeout=60)
+        os.kill(launch.pid, signal.SIGTERM)
+        res = self.finish(launch, timeout=60)
+        self.assertEqual(res.rc, 75, res.describe())
+        stopped = re.findall(r"torch_ddp_preemptible: rank (\d+) stopped after (\d+)", res.out)
+        self.assertEqual(sorted(int(r) for r, _ in stopped), list(range(NPROC)), res.describe())
+        steps = {int(n) for _, n in stopped}
+        self.assertEqual(len(steps), 1, f"the ranks stopped after different steps: {stopped}")
+        checkpoint = subprocess.run(
+            [os.environ.get("PYTHON_EXEC", "/usr/bin/python3"), "-c",
+             "import sys, torch; print(torch.load(sys.argv[1])['steps'])", str(self.outdir / "checkpoint.pt")],
+            capture_output=True, text=True, timeout=60)
+        self.assertEqual(checkpoint.stdout.strip(), str(steps.pop()), checkpoint.stderr)
+        self.assertNotIn("did not all stop", res.err, res.describe())
+        self.assert_no_leftovers()
+
+
 if __name__ == "__main__":
     unittest.main()

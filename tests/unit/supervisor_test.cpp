@@ -17,15 +17,19 @@ struct RecordingListener final : SupervisorListener {
   void on_first_failure(int, const WorkerRecord& w) override { first_failures.push_back(w.rank); }
   void on_attempt_ended(int attempt, const std::vector<WorkerRecord>&) override { ended.push_back(attempt); }
   void on_restart(int next) override { restarts.push_back(next); }
-  std::vector<int> attempts, first_failures, ended, restarts;
+  void on_stop_requested(int attempt, int signo) override { stop_requests.push_back({attempt, signo}); }
+  void on_stop_timed_out(int attempt) override { stop_timeouts.push_back(attempt); }
+  std::vector<int> attempts, first_failures, ended, restarts, stop_timeouts;
+  std::vector<std::pair<int, int>> stop_requests;
 };
 
 class SupervisorTest : public ::testing::Test {
  protected:
-  Supervisor make(int nproc, int max_restarts = 0) {
+  Supervisor make(int nproc, int max_restarts = 0, Duration stop_timeout = Duration::zero()) {
     arbiter = std::make_unique<LocalArbiter>(max_restarts);
     SupervisorConfig config;
     config.shutdown_grace = 5s;
+    config.stop_timeout = stop_timeout;
     config.plan_attempt = [nproc](int attempt) {
       std::vector<WorkerSpec> specs;
       for (int r = 0; r < nproc; ++r) {
@@ -114,6 +118,72 @@ TEST_F(SupervisorTest, SignalIsForwardedAndExitCodeIs128PlusIt) {
   ASSERT_TRUE(s.finished());
   EXPECT_EQ(s.exit_code(), 128 + SIGINT);
   EXPECT_TRUE(listener.first_failures.empty());  // stopping is not a failure
+}
+
+TEST_F(SupervisorTest, SigtermWithAStopTimeoutLetsTheWorkersStopOnTheirOwn) {
+  Supervisor s = make(2, 3, 30s);
+  s.start();
+  s.on_signal(SIGTERM);
+  EXPECT_TRUE(spawner.signals.empty()) << "nobody is signalled while the ranks stop at a step boundary";
+  EXPECT_EQ(listener.stop_requests, (std::vector<std::pair<int, int>>{{0, SIGTERM}}));
+  ASSERT_TRUE(s.next_deadline().has_value());
+  EXPECT_EQ(*s.next_deadline(), clock.now() + 30s);
+  clock.advance(10s);
+  s.on_tick();
+  s.on_child_exit(pid_of(s, 0), ExitStatus::exited(0));
+  s.on_child_exit(pid_of(s, 1), ExitStatus::exited(0));
+  ASSERT_TRUE(s.finished());
+  EXPECT_EQ(s.exit_code(), 75) << "requeue: stopped cleanly, not finished";
+  EXPECT_TRUE(listener.restarts.empty());
+  EXPECT_TRUE(listener.stop_timeouts.empty());
+}
+
+TEST_F(SupervisorTest, WorkersThatDoNotStopInTimeAreSignalledAsForAnyStop) {
+  Supervisor s = make(2, 0, 30s);
+  s.start();
+  s.on_signal(SIGTERM);
+  s.on_child_exit(pid_of(s, 0), ExitStatus::exited(0));
+  clock.advance(30s);
+  s.on_tick();
+  EXPECT_EQ(listener.stop_timeouts, std::vector<int>{0});
+  EXPECT_EQ(spawner.signals_to(pid_of(s, 1)), std::vector<int>{SIGTERM});
+  EXPECT_TRUE(spawner.signals_to(pid_of(s, 0)).empty());
+  ASSERT_TRUE(s.next_deadline().has_value());
+  EXPECT_EQ(*s.next_deadline(), clock.now() + 5s) << "then the usual grace before SIGKILL";
+  s.on_child_exit(pid_of(s, 1), ExitStatus::killed(SIGTERM));
+  ASSERT_TRUE(s.finished());
+  EXPECT_EQ(s.exit_code(), 128 + SIGTERM);
+}
+
+TEST_F(SupervisorTest, ASecondSignalWhileStoppingStopsTheWorkersAtOnce) {
+  Supervisor s = make(1, 0, 30s);
+  s.start();
+  s.on_signal(SIGTERM);
+  s.on_signal(SIGINT);
+  EXPECT_EQ(spawner.signals_to(pid_of(s, 0)), std::vector<int>{SIGINT});
+  s.on_child_exit(pid_of(s, 0), ExitStatus::killed(SIGINT));
+  ASSERT_TRUE(s.finished());
+  EXPECT_EQ(s.exit_code(), 128 + SIGINT);
+}
+
+TEST_F(SupervisorTest, AFailureWhileStoppingIsAFailure) {
+  Supervisor s = make(2, 0, 30s);
+  s.start();
+  s.on_signal(SIGTERM);
+  s.on_child_exit(pid_of(s, 0), ExitStatus::exited(3));
+  EXPECT_EQ(spawner.signals_to(pid_of(s, 1)), std::vector<int>{SIGTERM});
+  s.on_child_exit(pid_of(s, 1), ExitStatus::killed(SIGTERM));
+  ASSERT_TRUE(s.finished());
+  EXPECT_EQ(s.exit_code(), 128 + SIGTERM) << "ddplaunch was signalled: 128+N, as without a stop timeout";
+  EXPECT_EQ(listener.first_failures, std::vector<int>{0});
+}
+
+TEST_F(SupervisorTest, WithoutAStopTimeoutSigtermIsForwardedAtOnce) {
+  Supervisor s = make(1);
+  s.start();
+  s.on_signal(SIGTERM);
+  EXPECT_EQ(spawner.signals_to(pid_of(s, 0)), std::vector<int>{SIGTERM});
+  EXPECT_TRUE(listener.stop_requests.empty());
 }
 
 TEST_F(SupervisorTest, SecondSignalEscalatesToSigkillWithoutWaiting) {

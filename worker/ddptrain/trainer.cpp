@@ -75,9 +75,21 @@ class Trainer {
     const SteadyTime started = now();
     for (int64_t s = start_step_; s < o_.steps; ++s) {
       train_step(s);
-      // Every --checkpoint-every steps, and at the end.
+      // Every --checkpoint-every steps, at the end, and when ddplaunch asks
+      // the job to stop (a preemption): every rank stops after the same step.
+      const bool stop = group_->progress().stop_requested() && s + 1 < o_.steps;
       const bool due = o_.checkpoint_every > 0 && (s + 1) % o_.checkpoint_every == 0;
-      if (checkpoints_ && (due || s + 1 == o_.steps)) save_checkpoint(s + 1);
+      if (checkpoints_ && (due || stop || s + 1 == o_.steps)) save_checkpoint(s + 1);
+      if (stop) {
+        if (group_->rank == 0) {
+          std::printf("ddptrain: stopping after step %lld of %lld as ddplaunch asked (%s); start the job again "
+                      "to continue\n",
+                      static_cast<long long>(s + 1), static_cast<long long>(o_.steps),
+                      checkpoints_ ? "checkpoint written" : "no --checkpoint-dir: nothing saved");
+          std::fflush(stdout);
+        }
+        return 0;
+      }
     }
     finish(Seconds(now() - started).count());
     return 0;

@@ -7,7 +7,7 @@ import atexit
 import os
 import sys
 
-from . import announcements, collectives, error_file, torch_hooks
+from . import announcements, collectives, error_file, public_api, torch_hooks
 from .channel import Channel
 from .heartbeat import Agent
 from .progress import STATE
@@ -63,6 +63,9 @@ def activate():
     if agent.announcements is not None:
         collectives.announcer = agent.announcements.write
     torch_hooks.install()
+    # `import ddplaunch` in the script (should_stop()), unless a module of
+    # that name is imported already.
+    sys.modules.setdefault("ddplaunch", public_api)
     error_file.install(pid)
     atexit.register(agent.at_exit)
     agent.start()

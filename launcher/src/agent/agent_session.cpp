@@ -194,6 +194,10 @@ NodeOutcome AgentSession::outcome_of(const AttemptSummary& summary) const {
     o.failed_rank = w.rank;
     o.description = fmt::format("rank {} (node {}, local rank {}, pid {}) failed: {}", w.rank, assignment_.node_rank,
                                 w.local_rank, w.pid, w.exit->describe());
+  } else if (summary.drained) {
+    o.exit_code = exit_code::kRequeue;
+    o.description = fmt::format("ddplaunch on node {} received {}: every rank stopped at a step boundary",
+                                assignment_.node_rank, signal_name(summary.stop_signal));
   } else if (summary.stop_signal != 0) {
     o.exit_code = exit_code::for_signal(summary.stop_signal);
     o.description = fmt::format("ddplaunch on node {} received {}", assignment_.node_rank,
@@ -227,6 +231,7 @@ Verdict AgentSession::conclude(const AttemptSummary& summary) {
     std::this_thread::sleep_for(200ms);
   }
   if (!s.ok()) spdlog::warn("could not report this node's outcome: {}", s.message());
+  if (summary.drained) return {false, exit_code::kRequeue};
   if (summary.stop_signal != 0) return {false, exit_code::for_signal(summary.stop_signal)};
   return await_verdict(generation);
 }

@@ -105,6 +105,12 @@ std::optional<LaunchOptions> parse_launch_options(int argc, const char* const* a
       ->envname("PET_SHUTDOWN_GRACE")
       ->check(CLI::NonNegativeNumber)
       ->capture_default_str();
+  app.add_option(spellings("stop-timeout"), o.stop_timeout_s,
+                 "on SIGTERM (preemption), seconds for the ranks to stop at a step boundary and exit 0 "
+                 "(DDPLAUNCH_STOP_FILE) before they are signalled; then ddplaunch exits 75. 0: signal at once")
+      ->envname("DDPLAUNCH_STOP_TIMEOUT")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
   add_flag(app, spellings("virtual-local-rank"), o.virtual_local_rank, "PET_VIRTUAL_LOCAL_RANK",
            "every worker sees LOCAL_RANK=0 and only its own GPU in CUDA_VISIBLE_DEVICES");
   add(app, "log-line-prefix-template", o.log_line_prefix_template,

@@ -32,6 +32,7 @@ struct LaunchOptions {
   std::string local_ranks_filter;  // empty: every local rank on the console
   std::string role = "default";
   double shutdown_grace_s = 5.0;
+  double stop_timeout_s = 0;          // SIGTERM: seconds for the ranks to stop at a step boundary first
   bool preflight = false;             // run the doctor checks first; refuse to start on a failure
   double heartbeat_interval_s = 1.0;  // workers' heartbeats to their agent
   double hang_timeout_s = 300.0;      // silent rank / no progress before a hang is declared

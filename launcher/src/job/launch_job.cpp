@@ -22,6 +22,8 @@
 #include "agent/local_agent_service.h"
 #include "companion/companion_channel.h"
 #include "companion/companion_install.h"
+#include "exit_codes.h"
+#include "job/stop_request.h"
 #include "coordinator/coordinator_server.h"
 #include "job/event_loop.h"
 #include "job/worker_env.h"
@@ -43,6 +45,9 @@ namespace ddp {
 namespace {
 
 namespace fs = std::filesystem;
+
+// Where the ranks find a stop request (stop_request.h), per attempt.
+constexpr const char* kStopRequestFile = "stop_request.json";
 
 fs::path attempt_dir(const LaunchPlan& plan, int attempt) {
   return plan.job_log_dir / fmt::format("attempt_{}", attempt);
@@ -110,6 +115,7 @@ std::vector<WorkerSpec> plan_workers(const LaunchPlan& plan, const Assignment& l
     id.job_id = plan.job_id;
     id.error_file = (dir / "error.json").string();
     id.rank_log_dir = dir.string();
+    id.stop_file = (attempt_dir(plan, attempt) / kStopRequestFile).string();
     id.agent_socket = agent_socket;
     id.token = plan.token;
     id.heartbeat_interval_ms = std::chrono::duration_cast<std::chrono::milliseconds>(plan.heartbeat_interval).count();
@@ -168,6 +174,10 @@ class JobListener final : public SupervisorListener {
 
   void on_attempt_started(int attempt) override {
     attempt_ = attempt;
+    // A request left by an earlier run of the same job (a requeued Slurm
+    // job keeps its id and log folder) must not stop this one.
+    std::error_code ec;
+    fs::remove(attempt_dir(plan_, attempt) / kStopRequestFile, ec);
     closing_summary_.clear();
     router_.reset_tails();
     copy_filtered_lines(StreamKind::kStdout, plan_.duplicate_stdout_filters, "filtered_stdout.log");
@@ -221,6 +231,31 @@ class JobListener final : public SupervisorListener {
 
   void on_restart(int next_attempt) override {
     spdlog::warn("restarting the job as attempt {} of at most {}", next_attempt, plan_.max_restarts);
+  }
+
+  void on_stop_requested(int attempt, int signo) override {
+    StopRequest request;
+    request.stop_at_step = choose_stop_step(health_.latest(), plan_.heartbeat_interval);
+    request.reason = fmt::format("{} to ddplaunch on {}", signal_name(signo), host_);
+    request.requested_at = std::chrono::system_clock::now();
+    const fs::path path = attempt_dir(plan_, attempt) / kStopRequestFile;
+    try {
+      write_stop_request(path, request);
+    } catch (const std::exception& e) {
+      spdlog::error("cannot ask the ranks to stop: {}", e.what());
+      return;  // the stop timeout then signals them as for any stop
+    }
+    spdlog::warn("{}: asking the ranks to stop {} and exit (they have {:.0f} s, then they are signalled); "
+                 "request in {}",
+                 signal_name(signo),
+                 request.stop_at_step ? fmt::format("once they have completed step {}", *request.stop_at_step)
+                                      : std::string("at their next step boundary"),
+                 std::chrono::duration<double>(plan_.stop_timeout).count(), path.string());
+  }
+
+  void on_stop_timed_out(int /*attempt*/) override {
+    spdlog::warn("the ranks did not all stop within --stop-timeout {:.0f} s: stopping them",
+                 std::chrono::duration<double>(plan_.stop_timeout).count());
   }
 
   /// torchrun's "Root Cause" block for the last attempt, when one of this
@@ -495,6 +530,7 @@ int run_launch(const LaunchPlan& plan, OrphanSentinel* sentinel) {
   PosixSpawner spawner(sentinel);
   SupervisorConfig config;
   config.shutdown_grace = plan.shutdown_grace;
+  config.stop_timeout = plan.stop_timeout;
   bool defaults_told = false;
   config.plan_attempt = [&](int attempt) {
     const Assignment layout = session.join(attempt);
@@ -525,6 +561,11 @@ int run_launch(const LaunchPlan& plan, OrphanSentinel* sentinel) {
     linger_until_every_node_heard(*coordinator, plan, session.assignment().node_rank);
   }
   if (code == 0) spdlog::info("job {}: all worker(s) succeeded", plan.job_id);
+  if (code == exit_code::kRequeue) {
+    spdlog::warn("job {}: every rank stopped at a step boundary on request; exit code {} (start the job again to "
+                 "continue from what it saved)",
+                 plan.job_id, code);
+  }
   if (code != 0 && !listener.closing_summary().empty()) {
     std::fprintf(stderr, "%s", listener.closing_summary().c_str());
     std::fflush(stderr);

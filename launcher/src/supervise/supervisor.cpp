@@ -20,6 +20,7 @@ const char* to_string(WorkerState state) {
 }
 
 Verdict LocalArbiter::conclude(const AttemptSummary& s) {
+  if (s.drained) return {false, exit_code::kRequeue};
   if (s.stop_signal != 0) return {false, exit_code::for_signal(s.stop_signal)};
   if (s.root_cause == nullptr) return {false, exit_code::kSuccess};
   if (s.attempt < max_restarts_) return {true, 0};
@@ -38,6 +39,8 @@ void Supervisor::start_attempt() {
   tearing_down_ = false;
   stop_requested_ = false;
   kill_deadline_.reset();
+  drain_deadline_.reset();
+  draining_ = false;
 
   std::vector<WorkerSpec> specs;
   try {
@@ -101,8 +104,19 @@ void Supervisor::on_signal(int signo) {
     signal_running(SIGKILL);
     return;
   }
+  const bool asked_again = draining_;
   stop_signal_ = signo;
   if (tearing_down_) return;
+  if (signo == SIGTERM && config_.stop_timeout > Duration::zero() && !asked_again) {
+    // Preemption: the workers stop at a step boundary and save their state.
+    draining_ = true;
+    drain_deadline_ = clock_.now() + config_.stop_timeout;
+    listener_.on_stop_requested(attempt_, signo);
+    finish_attempt_if_done();
+    return;
+  }
+  draining_ = false;
+  drain_deadline_.reset();
   tearing_down_ = true;
   // Forward the very signal, as torchrun does, then SIGKILL after the grace.
   signal_running(signo);
@@ -118,13 +132,24 @@ void Supervisor::stop_attempt() {
 }
 
 void Supervisor::on_tick() {
+  if (draining_ && drain_deadline_ && clock_.now() >= *drain_deadline_) {
+    draining_ = false;
+    drain_deadline_.reset();
+    listener_.on_stop_timed_out(attempt_);
+    tearing_down_ = true;
+    signal_running(SIGTERM);
+    kill_deadline_ = clock_.now() + config_.shutdown_grace;
+  }
   if (kill_deadline_ && clock_.now() >= *kill_deadline_) {
     signal_running(SIGKILL);
     kill_deadline_.reset();
   }
 }
 
-std::optional<SteadyTime> Supervisor::next_deadline() const { return kill_deadline_; }
+std::optional<SteadyTime> Supervisor::next_deadline() const {
+  if (drain_deadline_ && (!kill_deadline_ || *drain_deadline_ < *kill_deadline_)) return drain_deadline_;
+  return kill_deadline_;
+}
 
 const WorkerRecord* Supervisor::root_cause() const {
   return root_cause_ ? &workers_[*root_cause_] : nullptr;
@@ -132,6 +157,8 @@ const WorkerRecord* Supervisor::root_cause() const {
 
 void Supervisor::begin_teardown() {
   if (tearing_down_) return;
+  draining_ = false;  // a failure while the workers were stopping on their own
+  drain_deadline_.reset();
   tearing_down_ = true;
   signal_running(SIGTERM);
   kill_deadline_ = clock_.now() + config_.shutdown_grace;
@@ -151,6 +178,7 @@ bool Supervisor::all_ended() const {
 void Supervisor::finish_attempt_if_done() {
   if (finished_ || !all_ended()) return;
   kill_deadline_.reset();
+  drain_deadline_.reset();
   listener_.on_attempt_ended(attempt_, workers_);
 
   AttemptSummary summary;
@@ -158,6 +186,7 @@ void Supervisor::finish_attempt_if_done() {
   summary.root_cause = root_cause();
   summary.stop_signal = stop_signal_;
   summary.stop_requested = stop_requested_;
+  summary.drained = draining_ && !root_cause_;
   const Verdict verdict = arbiter_.conclude(summary);
   if (verdict.restart && stop_signal_ == 0) {
     ++attempt_;

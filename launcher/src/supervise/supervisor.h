@@ -58,6 +58,12 @@ class SupervisorListener {
   /// The attempt's group has fully ended; failed() tells how.
   virtual void on_attempt_ended(int /*attempt*/, const std::vector<WorkerRecord>&) {}
   virtual void on_restart(int /*next_attempt*/) {}
+  /// ddplaunch was asked to stop (SIGTERM with a stop_timeout): the workers
+  /// are to stop at a step boundary on their own and exit 0; nobody is
+  /// signalled yet.
+  virtual void on_stop_requested(int /*attempt*/, int /*signo*/) {}
+  /// They did not all end within stop_timeout: they are signalled now.
+  virtual void on_stop_timed_out(int /*attempt*/) {}
 };
 
 /// How an attempt ended, for the arbiter.
@@ -66,6 +72,7 @@ struct AttemptSummary {
   const WorkerRecord* root_cause = nullptr;  // the first local failure, if any
   int stop_signal = 0;                       // a signal ddplaunch received, if any
   bool stop_requested = false;               // stop_attempt() ended it (a failure elsewhere)
+  bool drained = false;                      // asked to stop, every worker ended on its own with 0
 };
 
 struct Verdict {
@@ -101,6 +108,10 @@ struct PlanError : std::runtime_error {
 
 struct SupervisorConfig {
   Duration shutdown_grace = std::chrono::seconds(5);
+  /// On SIGTERM, how long the workers get to stop at a step boundary on
+  /// their own (on_stop_requested) before they are signalled as for any
+  /// other stop. Zero: signalled at once.
+  Duration stop_timeout = Duration::zero();
   /// Builds the workers of an attempt (the attempt number shows in their
   /// env). May block, and may throw PlanError.
   std::function<std::vector<WorkerSpec>(int attempt)> plan_attempt;
@@ -116,6 +127,8 @@ class Supervisor {
   /// A reaped child. Pids the supervisor does not know are ignored.
   void on_child_exit(pid_t pid, ExitStatus status);
   /// ddplaunch received signo: stop the job (a second signal forces SIGKILL).
+  /// SIGTERM with a stop_timeout first lets the workers stop on their own;
+  /// a second signal meanwhile stops them at once.
   void on_signal(int signo);
   /// Tears the attempt down without a local failure (the job failed
   /// elsewhere); the arbiter then decides what follows.
@@ -154,6 +167,8 @@ class Supervisor {
   std::optional<size_t> root_cause_;     // index into workers_
   bool tearing_down_ = false;
   std::optional<SteadyTime> kill_deadline_;
+  std::optional<SteadyTime> drain_deadline_;  // while the workers stop on their own
+  bool draining_ = false;                     // asked to stop; nobody signalled yet
   int stop_signal_ = 0;                  // signal that asked ddplaunch to stop
   bool stop_requested_ = false;          // stop_attempt() was called this attempt
   bool finished_ = false;

@@ -53,6 +53,8 @@ struct LaunchPlan {
   std::vector<std::string> duplicate_stdout_filters;
   std::vector<std::string> duplicate_stderr_filters;
   Duration shutdown_grace{};
+  /// SIGTERM: how long the ranks get to stop at a step boundary (0: none).
+  Duration stop_timeout{};
   Duration heartbeat_interval = std::chrono::seconds(1);
   Duration hang_timeout = std::chrono::seconds(300);
   /// --nccl-debug (upper case) and --nccl-debug-subsys; empty: not given.

@@ -18,6 +18,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -39,6 +40,14 @@ class TrainingProgress {
   /// but the slow one waits least).
   void end_step();
 
+  /// True once ddplaunch has asked the job to stop (SIGTERM with
+  /// --stop-timeout: a preemption) and the step begun last is the last one
+  /// to run: save what must survive (a checkpoint) and exit 0, and the job
+  /// can be started again from there. Every rank stops after the same step,
+  /// the one the request names. Call it between steps; while no request is
+  /// there it costs a failed open() of DDPLAUNCH_STOP_FILE.
+  bool stop_requested() const;
+
   int64_t step() const { return step_.load(std::memory_order_relaxed); }
   Phase phase() const { return phase_.load(std::memory_order_relaxed); }
   double step_seconds() const { return step_seconds_.load(std::memory_order_relaxed); }
@@ -51,7 +60,17 @@ class TrainingProgress {
   std::atomic<double> busy_seconds_{0};
   std::atomic<double> waited_seconds_{0};  // in the step now running
   std::atomic<int64_t> step_started_ns_{0};
+  const std::string stop_file_ = stop_file_from_environment();
+  mutable std::atomic<int64_t> stop_at_{kNotAsked};  // steps to complete; -1: at the next boundary
+
+  static constexpr int64_t kNotAsked = -2;
+  static std::string stop_file_from_environment();
 };
+
+/// The "stop_at_step" of a stop request's text (ddplaunch's
+/// DDPLAUNCH_STOP_FILE): the step count, -1 for null (stop at the next step
+/// boundary), nullopt when the text is no such request.
+std::optional<int64_t> parse_stop_at_step(const std::string& text);
 
 // ---- every thread's stack ---------------------------------------------------
 // Asked for by the launcher when it judged the job hung (and by

@@ -1,0 +1,61 @@
+"""What a PyTorch script run by ddplaunch may import as `ddplaunch` (the
+companion registers this module under that name in the rank process only):
+
+    import ddplaunch
+    ...
+    for step, batch in enumerate(loader):
+        train_step(batch)
+        if ddplaunch.should_stop():      # a preemption: SIGTERM with --stop-timeout
+            save_checkpoint()
+            sys.exit(0)                  # ddplaunch then exits 75: requeue the job
+
+Every rank stops after the same step: the one ddplaunch's stop request names
+(DDPLAUNCH_STOP_FILE, launcher/src/job/stop_request.h), counted in completed
+optimizer steps (or DDP forwards where there is no optimizer), as the
+companion counts them. Standard library only."""
+
+import json
+import os
+
+from .progress import STATE
+
+_NOT_ASKED = object()
+_stop_at = _NOT_ASKED   # the request's step count once read; None: at the next step boundary
+
+
+def _steps_done():
+    if STATE.opt_id is not None:
+        return STATE.steps
+    return STATE.fwd_count
+
+
+def stop_requested_at():
+    """The step count the stop request names, None for "at the next step
+    boundary", or False while there is no request."""
+    global _stop_at
+    if _stop_at is _NOT_ASKED:
+        path = os.environ.get("DDPLAUNCH_STOP_FILE")
+        if not path:
+            return False
+        try:
+            with open(path) as f:
+                request = json.load(f)
+        except (OSError, ValueError):
+            return False   # no request yet (the launcher renames it into place whole)
+        at = request.get("stop_at_step") if isinstance(request, dict) else None
+        _stop_at = at if isinstance(at, int) and not isinstance(at, bool) and at >= 0 else None
+    return _stop_at
+
+
+def should_stop(steps_done=None):
+    """True once ddplaunch asked the job to stop and this rank has completed
+    the step the request names: save what must survive and exit 0. Pass
+    `steps_done` (your own count of completed steps) if you count steps
+    differently from the companion. Costs a failed open() per call while no
+    request is there."""
+    at = stop_requested_at()
+    if at is False:
+        return False
+    if at is None:
+        return True
+    return (_steps_done() if steps_done is None else steps_done) >= at

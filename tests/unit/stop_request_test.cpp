@@ -1,0 +1,69 @@
+// The stop request the launcher leaves for its ranks on SIGTERM with
+// --stop-timeout (job/stop_request.h): the step every rank stops after, and
+// the file they read.
+#include "job/stop_request.h"
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+namespace ddp {
+namespace {
+
+using namespace std::chrono_literals;
+
+ForwardedReport report(int rank, int64_t step, double step_seconds) {
+  ForwardedReport f;
+  f.report.rank = rank;
+  f.report.step = step;
+  f.report.step_seconds = step_seconds;
+  return f;
+}
+
+TEST(ChooseStopStep, BeyondAnyStepARankCanReachBeforeItReadsTheRequest) {
+  // Rank 1 is furthest (step 40 begun); at 10 ms a step, two 1 s heartbeat
+  // intervals are 200 steps it may have gone on meanwhile.
+  EXPECT_EQ(choose_stop_step({report(0, 39, 0.010), report(1, 40, 0.010)}, 1s), 41 + 200 + 1);
+  // The fastest step time counts: ranks in lock-step move at the same pace.
+  EXPECT_EQ(choose_stop_step({report(0, 10, 0.5), report(1, 10, 0.25)}, 1s), 11 + 8 + 1);
+  // Slow steps: one more than the furthest, and one for the step in progress.
+  EXPECT_EQ(choose_stop_step({report(0, 10, 60.0)}, 1s), 11 + 1 + 1);
+  // No step time yet: two steps of margin.
+  EXPECT_EQ(choose_stop_step({report(0, 0, 0)}, 1s), 1 + 2 + 1);
+}
+
+TEST(ChooseStopStep, NoneWhenNoRankReportsSteps) {
+  EXPECT_EQ(choose_stop_step({}, 1s), std::nullopt);
+  EXPECT_EQ(choose_stop_step({report(0, -1, 0), report(1, -1, 0)}, 1s), std::nullopt);
+}
+
+TEST(StopRequestFile, IsWrittenWholeAsJson) {
+  const std::filesystem::path path =
+      std::filesystem::temp_directory_path() / ("ddp-stop-request-" + std::to_string(getpid()) + ".json");
+  StopRequest request;
+  request.stop_at_step = 290;
+  request.reason = "SIGTERM to ddplaunch on node-a";
+  request.requested_at = WallTime(std::chrono::seconds(1'800'000'000));
+  write_stop_request(path, request);
+  EXPECT_FALSE(std::filesystem::exists(path.string() + ".tmp"));
+  std::stringstream text;
+  text << std::ifstream(path).rdbuf();
+  const auto j = nlohmann::json::parse(text.str());
+  EXPECT_EQ(j["stop_at_step"], 290);
+  EXPECT_EQ(j["reason"], "SIGTERM to ddplaunch on node-a");
+  EXPECT_EQ(j["requested_at"], "2027-01-15T08:00:00.000Z");
+  request.stop_at_step.reset();
+  write_stop_request(path, request);
+  std::stringstream again;
+  again << std::ifstream(path).rdbuf();
+  EXPECT_TRUE(nlohmann::json::parse(again.str())["stop_at_step"].is_null());
+  std::filesystem::remove(path);
+  EXPECT_THROW(write_stop_request("/nonexistent/dir/stop.json", request), std::runtime_error);
+}
+
+}  // namespace
+}  // namespace ddp
