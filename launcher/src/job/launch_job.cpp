@@ -473,6 +473,11 @@ int run_launch(const LaunchPlan& plan, OrphanSentinel* sentinel) {
   spdlog::info("job {}: {} node(s) ({}), {} worker(s) here ({}), logs in {}", plan.job_id, node_count(plan),
                plan.topology_source, plan.nproc, plan.nproc_reason, plan.job_log_dir.string());
   for (const auto& note : plan.topology_notes) spdlog::info("  {}", note);
+  if (plan.stop_timeout > Duration::zero() && plan.nnodes > 1) {
+    spdlog::warn("--stop-timeout on a job of several nodes: each node that receives SIGTERM chooses the stop step "
+                 "from its own ranks, so ranks of different nodes may stop after different steps and wait for "
+                 "one another until the timeout");
+  }
   if (plan.min_nnodes < plan.nnodes) {
     spdlog::info("  elastic: starts with {} to {} node(s), the rendezvous waits {:.0f} s (last_call_timeout) for "
                  "more once {} have joined",
