@@ -171,6 +171,13 @@ def forward_done():
         _step_done(perf())
 
 
+def steps_done():
+    """Completed steps: optimizer steps of the first optimizer that stepped,
+    else DDP forwards."""
+    S = STATE
+    return S.steps if S.opt_id is not None else S.fwd_count
+
+
 def _poll_pending(S):
     """Marks finished async calls completed; returns the oldest open sequence."""
     oldest = None
@@ -236,12 +243,7 @@ def build_heartbeat(exiting=False):
     recent = [{"sequence": e[0], "op": e[1], "bytes": e[2], "dtype": e[3], "state": e[4],
                "age_ms": int((now - e[5]) * 1000)} for e in entries[-RECENT:]]
 
-    if S.opt_id is not None:
-        step = S.steps
-    elif S.fwd_count:
-        step = S.fwd_count
-    else:
-        step = -1
+    step = steps_done() if (S.opt_id is not None or S.fwd_count) else -1
     try:
         phase = S.stack[-1].name
     except IndexError:

@@ -17,16 +17,10 @@ companion counts them. Standard library only."""
 import json
 import os
 
-from .progress import STATE
+from .progress import steps_done as progress_steps
 
 _NOT_ASKED = object()
 _stop_at = _NOT_ASKED   # the request's step count once read; None: at the next step boundary
-
-
-def _steps_done():
-    if STATE.opt_id is not None:
-        return STATE.steps
-    return STATE.fwd_count
 
 
 def stop_requested_at():
@@ -58,4 +52,4 @@ def should_stop(steps_done=None):
         return False
     if at is None:
         return True
-    return (_steps_done() if steps_done is None else steps_done) >= at
+    return (progress_steps() if steps_done is None else steps_done) >= at
