@@ -1120,5 +1120,194 @@ TEST_F(CoordinatorJobTest, ElasticJobFormsAtTheLastCallAndFinishesWithTheNodesPr
   EXPECT_EQ(job().current_view().exit_code, 0);
 }
 
+// ------------------------------------------------------------ membership
+
+class MembershipTest : public CoordinatorJobTest {
+ protected:
+  void make_elastic(int min_nnodes, int max_nnodes, int max_restarts = 0, int max_node_failures = 0,
+                    JobConfig::Grow grow = JobConfig::Grow::kNow) {
+    JobConfig config;
+    config.nnodes = max_nnodes;
+    config.min_nnodes = min_nnodes;
+    config.nproc = 1;
+    config.max_restarts = max_restarts;
+    config.node_timeout = 5s;
+    config.last_call_timeout = 30s;
+    config.max_node_failures = max_node_failures;
+    config.grow = grow;
+    h = std::make_shared<Harness>(config);
+  }
+  JoinParams elastic_params(const std::string& name, int64_t generation = 0) const {
+    JoinParams p = params(name, generation);
+    p.min_nnodes = job().config().min_nnodes;
+    p.agent_id = "agent-" + name;
+    p.hosts_coordinator = name == host(0);
+    return p;
+  }
+  // Joins every name (in order) to generation; checks that the world formed at once.
+  // at_once false: a world of fewer than the most nodes, formed by the last call.
+  std::vector<std::shared_ptr<JoinOutcome>> form(const std::vector<std::string>& names, int64_t generation,
+                                                 bool at_once = true) {
+    std::vector<std::shared_ptr<JoinOutcome>> outs;
+    for (const auto& name : names) outs.push_back(join(elastic_params(name, generation)));
+    if (!at_once) {
+      clock().advance(job().config().last_call_timeout + 1s);
+      job().tick();
+    }
+    for (const auto& o : outs) {
+      EXPECT_EQ(o->calls, 1);
+      EXPECT_TRUE(o->status.ok()) << o->status.message();
+    }
+    return outs;
+  }
+  void heartbeat(int node, int64_t generation) {
+    int64_t current = 0;
+    EXPECT_TRUE(job().heartbeat(node, generation, current).ok());
+  }
+  std::shared_ptr<WatchOutcome> watch_as(int node, int64_t generation, GenerationState known) {
+    auto out = std::make_shared<WatchOutcome>();
+    job().watch(node, generation, known, 30s, record(out));
+    return out;
+  }
+  const CoordinatorJob& job() const { return h->job; }
+  using CoordinatorJobTest::job;
+};
+
+TEST_F(MembershipTest, ALostNodeShrinksTheJobWithoutUsingARestartAndTheSurvivorsFormAtOnce) {
+  make_elastic(2, 3, /*max_restarts=*/0);
+  auto first = form({host(0), host(1), host(2)}, 0);
+  auto watcher = watch_as(0, 0, GenerationState::kRunning);
+  // Node 2 goes silent; nodes 0 and 1 keep heartbeating.
+  for (int i = 0; i < 6; ++i) {
+    clock().advance(1s);
+    heartbeat(0, 0);
+    heartbeat(1, 0);
+    job().tick();
+  }
+  ASSERT_EQ(watcher->calls, 1);
+  EXPECT_EQ(watcher->view.state, GenerationState::kStopping);
+  EXPECT_NE(watcher->view.reason.find("node 2 (host-2) went silent"), std::string::npos) << watcher->view.reason;
+  EXPECT_TRUE(report(0, 0, 0, /*stopped=*/true).ok());
+  auto verdict = watch_as(1, 0, GenerationState::kStopping);
+  EXPECT_EQ(verdict->calls, 0);
+  EXPECT_TRUE(report(0, 1, 1, false, 1, "rank 1 failed: exit code 1 (its peer vanished)").ok());
+  ASSERT_EQ(verdict->calls, 1);
+  EXPECT_EQ(verdict->view.state, GenerationState::kRestarting);
+  EXPECT_TRUE(verdict->view.membership_change);
+  EXPECT_NE(verdict->view.reason.find("re-forming with the 2 other node(s)"), std::string::npos)
+      << verdict->view.reason;
+  // Both survivors back: generation 1 forms without waiting for the last call.
+  auto second = form({host(1), host(0)}, 1);
+  EXPECT_EQ(second[0]->assignment.nnodes, 2);
+  EXPECT_EQ(second[0]->assignment.world_size, 2);
+  EXPECT_EQ(second[0]->assignment.restarts_used, 0);
+  EXPECT_EQ(second[1]->assignment.node_rank, 0);  // host-0 keeps node rank 0
+  const auto status = nlohmann::json::parse(job().status_json());
+  EXPECT_EQ(status["restarts_used"], 0);
+  EXPECT_EQ(status["membership_changes"], 1);
+  EXPECT_EQ(status["membership"].size(), 2u);
+  EXPECT_EQ(status["departed"].size(), 1u);
+  EXPECT_NE(status["departed"][0].get<std::string>().find("node 2 (host-2) went silent"), std::string::npos);
+}
+
+TEST_F(MembershipTest, ALostNodeOfAFixedSizeJobStillEndsIt) {
+  make(2, 1, 0, 5s);
+  form_world();
+  for (int i = 0; i < 6; ++i) {
+    clock().advance(1s);
+    heartbeat(0, 0);
+    job().tick();
+  }
+  EXPECT_TRUE(report(0, 0, 0, true).ok());
+  EXPECT_TRUE(job().finished());
+  EXPECT_EQ(job().current_view().exit_code, exit_code::kNodeLost);
+}
+
+TEST_F(MembershipTest, ANewcomerMakesARunningJobGrowAtOnce) {
+  make_elastic(1, 3);
+  form({host(0), host(1)}, 0, /*at_once=*/false);
+  ASSERT_EQ(job().current_view().state, GenerationState::kRunning);
+  auto watcher = watch_as(0, 0, GenerationState::kRunning);
+  auto newcomer = join(elastic_params(host(2), 0));
+  EXPECT_EQ(newcomer->calls, 0);  // waits; not refused
+  ASSERT_EQ(watcher->calls, 1);
+  EXPECT_EQ(watcher->view.state, GenerationState::kStopping);
+  EXPECT_NE(watcher->view.reason.find("1 node(s) waiting to join"), std::string::npos) << watcher->view.reason;
+  EXPECT_TRUE(report(0, 0, 0, true).ok());
+  EXPECT_TRUE(report(0, 1, 0, true).ok());
+  auto verdict = watch_as(0, 0, GenerationState::kStopping);
+  ASSERT_EQ(verdict->calls, 1);
+  EXPECT_EQ(verdict->view.state, GenerationState::kRestarting);
+  EXPECT_TRUE(verdict->view.membership_change);
+  auto a = join(elastic_params(host(0), 1));
+  EXPECT_EQ(a->calls, 0);
+  auto b = join(elastic_params(host(1), 1));
+  ASSERT_EQ(newcomer->calls, 1);
+  ASSERT_TRUE(newcomer->status.ok()) << newcomer->status.message();
+  EXPECT_EQ(newcomer->assignment.generation, 1);
+  EXPECT_EQ(newcomer->assignment.nnodes, 3);
+  EXPECT_EQ(newcomer->assignment.node_rank, 2);
+  EXPECT_EQ(b->assignment.world_size, 3);
+  EXPECT_EQ(nlohmann::json::parse(job().status_json())["restarts_used"], 0);
+}
+
+TEST_F(MembershipTest, WithTheRestartPolicyANewcomerWaitsForTheNextRestart) {
+  make_elastic(1, 3, /*max_restarts=*/1, 0, JobConfig::Grow::kAtRestart);
+  form({host(0), host(1)}, 0, /*at_once=*/false);
+  auto newcomer = join(elastic_params(host(2), 0), 600s);
+  job().tick();
+  EXPECT_EQ(job().current_view().state, GenerationState::kRunning);
+  EXPECT_EQ(nlohmann::json::parse(job().status_json())["waiting_nodes"], 1);
+  EXPECT_TRUE(report(0, 1, 3, false, 1, "rank 1 failed").ok());
+  EXPECT_TRUE(report(0, 0, 0, true).ok());
+  form({host(0), host(1)}, 1);
+  ASSERT_EQ(newcomer->calls, 1);
+  EXPECT_EQ(newcomer->assignment.generation, 1);
+  EXPECT_EQ(newcomer->assignment.nnodes, 3);
+  EXPECT_EQ(newcomer->assignment.restarts_used, 1);
+}
+
+TEST_F(MembershipTest, ANewcomerThatFindsNoPlaceBeforeItsTimeoutIsRefusedAlone) {
+  make_elastic(1, 2);
+  form({host(0), host(1)}, 0);  // full
+  auto newcomer = join(elastic_params(host(2), 0), 10s);
+  clock().advance(11s);
+  heartbeat(0, 0);
+  heartbeat(1, 0);
+  job().tick();
+  ASSERT_EQ(newcomer->calls, 1);
+  EXPECT_EQ(newcomer->status.code(), StatusCode::kDeadlineExceeded);
+  EXPECT_NE(newcomer->status.message().find("timed out waiting for a place in the job"), std::string::npos);
+  EXPECT_EQ(job().current_view().state, GenerationState::kRunning);
+}
+
+TEST_F(MembershipTest, ANodeWhoseWorkersKeepFailingIsExcludedAndToldTheJobIsOverForIt) {
+  make_elastic(1, 2, /*max_restarts=*/5, /*max_node_failures=*/2);
+  form({host(0), host(1)}, 0);
+  for (int64_t g = 0; g < 2; ++g) {
+    if (g == 1) form({host(0), host(1)}, 1);
+    EXPECT_TRUE(report(g, 1, 9, false, 1, "rank 1 failed: exit code 9").ok());
+    EXPECT_TRUE(report(g, 0, 0, true).ok());
+  }
+  auto told_1 = watch_as(1, 1, GenerationState::kRunning);
+  ASSERT_EQ(told_1->calls, 1);
+  EXPECT_EQ(told_1->view.state, GenerationState::kFinished);
+  EXPECT_EQ(told_1->view.exit_code, 9);
+  EXPECT_NE(told_1->view.reason.find("node 1 (host-1) is excluded from the job: its workers failed 2 generation(s) "
+                                     "in a row"),
+            std::string::npos)
+      << told_1->view.reason;
+  auto told_0 = watch_as(0, 1, GenerationState::kRunning);
+  EXPECT_EQ(told_0->view.state, GenerationState::kRestarting);
+  // Node 0 re-forms alone at once; the excluded agent cannot come back.
+  auto alone = form({host(0)}, 2);
+  EXPECT_EQ(alone[0]->assignment.nnodes, 1);
+  auto back = join(elastic_params(host(1), 2));
+  ASSERT_EQ(back->calls, 1);
+  EXPECT_EQ(back->status.code(), StatusCode::kFailedPrecondition);
+  EXPECT_NE(back->status.message().find("excluded"), std::string::npos);
+  EXPECT_EQ(nlohmann::json::parse(job().status_json())["restarts_used"], 2);
+}
+
 }  // namespace
 }  // namespace ddp

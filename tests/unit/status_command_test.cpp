@@ -53,5 +53,20 @@ TEST(StatusCommand, ShowsTheFailure) {
   EXPECT_EQ(out[1], "failure: silent_rank: rank 1 sent no heartbeat for 3.0 s");
 }
 
+TEST(StatusCommand, ShowsTheMembershipOfAnElasticJob) {
+  const nlohmann::json s = {{"job_id", "j3"},
+                            {"nnodes_range", {2, 4}},
+                            {"membership", {{{"node", 0}, {"host", "a"}}, {{"node", 1}, {"host", "b"}}}},
+                            {"membership_changes", 1},
+                            {"waiting_nodes", 0},
+                            {"departed", {"node 2 (c) went silent: no agent heartbeat for 2.0 s"}}};
+  const auto out = lines(render_status(s));
+  ASSERT_GE(out.size(), 3u) << render_status(s);
+  EXPECT_EQ(out[1], "membership: nodes 0=a 1=b (of 2..4), 1 membership change(s), 0 node(s) waiting to join");
+  EXPECT_EQ(out[2], "  left: node 2 (c) went silent: no agent heartbeat for 2.0 s");
+  // A fixed-size job says nothing of membership.
+  EXPECT_EQ(lines(render_status({{"job_id", "j4"}, {"membership", nlohmann::json::array()}})).size(), 2u);
+}
+
 }  // namespace
 }  // namespace ddp

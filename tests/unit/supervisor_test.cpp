@@ -16,7 +16,7 @@ struct RecordingListener final : SupervisorListener {
   void on_attempt_started(int attempt) override { attempts.push_back(attempt); }
   void on_first_failure(int, const WorkerRecord& w) override { first_failures.push_back(w.rank); }
   void on_attempt_ended(int attempt, const std::vector<WorkerRecord>&) override { ended.push_back(attempt); }
-  void on_restart(int next) override { restarts.push_back(next); }
+  void on_restart(int next, const Verdict&) override { restarts.push_back(next); }
   void on_stop_requested(int attempt, int signo) override { stop_requests.push_back({attempt, signo}); }
   void on_stop_timed_out(int attempt) override { stop_timeouts.push_back(attempt); }
   std::vector<int> attempts, first_failures, ended, restarts, stop_timeouts;
@@ -269,7 +269,7 @@ TEST_F(SupervisorTest, StopAttemptTearsDownWithoutARootCauseAndAsksTheArbiter) {
   struct Recording final : AttemptArbiter {
     Verdict conclude(const AttemptSummary& s) override {
       seen.push_back(s);
-      return {false, 9};
+      return Verdict::finish(9);
     }
     std::vector<AttemptSummary> seen;
   } recording;

@@ -46,7 +46,8 @@ AgentSession::~AgentSession() {
   stop_threads();
 }
 
-Assignment AgentSession::join(int64_t generation) {
+Assignment AgentSession::join() {
+  const int64_t generation = next_generation_;
   stop_threads();
   stop_requested_ = false;
   JoinParams p;
@@ -60,6 +61,10 @@ Assignment AgentSession::join(int64_t generation) {
   p.generation = generation;
   p.master_port = settings_.master_port;
   p.job_env = settings_.job_env;
+  p.agent_id = settings_.agent_id;
+  p.hosts_coordinator = settings_.hosts_coordinator;
+  p.max_node_failures = settings_.max_node_failures;
+  p.grow = settings_.grow;
   const bool elastic = settings_.min_nnodes > 0 && settings_.min_nnodes < settings_.nnodes;
   spdlog::info("joining job {} generation {} at {} ({} node(s))", settings_.job_id, generation, settings_.endpoint,
                elastic ? fmt::format("{}:{}", settings_.min_nnodes, settings_.nnodes) : std::to_string(settings_.nnodes));
@@ -80,7 +85,11 @@ Assignment AgentSession::join(int64_t generation) {
   spdlog::info("joined as node {} of {}: ranks {}..{} of {}, MASTER_ADDR={} MASTER_PORT={}", assignment_.node_rank,
                assignment_.nnodes, assignment_.rank_start, assignment_.rank_start + settings_.nproc - 1,
                assignment_.world_size, assignment_.master_addr, assignment_.master_port);
-  start_threads(generation);
+  if (assignment_.generation != generation) {
+    spdlog::info("joined the running job at generation {} (restarts used so far: {})", assignment_.generation,
+                 assignment_.restarts_used);
+  }
+  start_threads(assignment_.generation);
   return assignment_;
 }
 
@@ -188,6 +197,7 @@ void AgentSession::watch_loop(int64_t generation) {
 NodeOutcome AgentSession::outcome_of(const AttemptSummary& summary) const {
   NodeOutcome o;
   o.node_rank = assignment_.node_rank;
+  o.leaving = summary.stop_signal != 0;
   if (summary.root_cause != nullptr) {
     const WorkerRecord& w = *summary.root_cause;
     o.exit_code = w.exit->shell_code();
@@ -215,7 +225,7 @@ Verdict AgentSession::conclude(const AttemptSummary& summary) {
   stop_threads();
   if (coordinator_lost_) {
     spdlog::error("{}; giving up", stop_reason());
-    return {false, exit_code::kRendezvous};
+    return Verdict::finish(exit_code::kRendezvous);
   }
   const NodeOutcome outcome = outcome_of(summary);
   if (!outcome.success && !outcome.stopped) {
@@ -231,8 +241,8 @@ Verdict AgentSession::conclude(const AttemptSummary& summary) {
     std::this_thread::sleep_for(200ms);
   }
   if (!s.ok()) spdlog::warn("could not report this node's outcome: {}", s.message());
-  if (summary.drained) return {false, exit_code::kRequeue};
-  if (summary.stop_signal != 0) return {false, exit_code::for_signal(summary.stop_signal)};
+  if (summary.drained) return Verdict::finish(exit_code::kRequeue);
+  if (summary.stop_signal != 0) return Verdict::finish(exit_code::for_signal(summary.stop_signal));
   return await_verdict(generation);
 }
 
@@ -240,7 +250,7 @@ Verdict AgentSession::await_verdict(int64_t generation) {
   auto last_ok = std::chrono::steady_clock::now();
   GenerationState known = GenerationState::kRunning;
   for (;;) {
-    if (const int sig = pending_stop_signal()) return {false, exit_code::for_signal(sig)};
+    if (const int sig = pending_stop_signal()) return Verdict::finish(exit_code::for_signal(sig));
     GenerationView view;
     const Status s = client_.watch(assignment_.node_rank, generation, known, 1s, view);
     const auto now = std::chrono::steady_clock::now();
@@ -248,7 +258,7 @@ Verdict AgentSession::await_verdict(int64_t generation) {
       if (now - last_ok > settings_.coordinator_timeout) {
         spdlog::error("lost the coordinator at {} while waiting for the job's verdict: {}", settings_.endpoint,
                       s.message());
-        return {false, exit_code::kRendezvous};
+        return Verdict::finish(exit_code::kRendezvous);
       }
       std::this_thread::sleep_for(100ms);
       continue;
@@ -256,12 +266,15 @@ Verdict AgentSession::await_verdict(int64_t generation) {
     last_ok = now;
     known = view.state;
     if (view.state == GenerationState::kRestarting) {
-      if (!view.reason.empty()) spdlog::warn("generation {} failed: {}", generation, view.reason);
-      return {true, 0};
+      if (!view.reason.empty()) {
+        spdlog::warn("generation {} {}: {}", generation, view.membership_change ? "ends" : "failed", view.reason);
+      }
+      next_generation_ = generation + 1;
+      return Verdict::restart_job(view.reason, view.membership_change);
     }
     if (view.state == GenerationState::kFinished) {
       if (view.exit_code != 0) spdlog::error("job {} failed: {}", settings_.job_id, view.reason);
-      return {false, view.exit_code};
+      return Verdict::finish(view.exit_code, view.reason);
     }
   }
 }

@@ -36,6 +36,10 @@ struct AgentSettings {
   std::string host;    // advertised address; empty: as the coordinator sees us
   int master_port = 0; // a free port here, MASTER_PORT if we become node 0
   int max_restarts = 0;
+  std::string agent_id;            // unique per agent process (see JoinParams::agent_id)
+  bool hosts_coordinator = false;  // this process serves the coordinator
+  int max_node_failures = 0;       // elastic membership rules (see JobConfig)
+  std::string grow = "now";
   std::map<std::string, std::string> job_env;  // this node's NCCL_* (see JobConfig::job_env)
   Duration join_timeout = std::chrono::seconds(600);
   Duration heartbeat_interval = std::chrono::seconds(5);
@@ -51,9 +55,11 @@ class AgentSession final : public AttemptArbiter {
   AgentSession(AgentSettings settings, int wakeup_fd, WorkerHealthBoard& health);
   ~AgentSession() override;
 
-  /// Joins generation; throws PlanError(exit_code::kRendezvous) on refusal or
-  /// timeout. Starts the heartbeat and watch threads for it.
-  Assignment join(int64_t generation);
+  /// Joins the next generation (0 at first, then the one after each restart
+  /// verdict; a newcomer to a running elastic job is given a later one);
+  /// throws PlanError(exit_code::kRendezvous) on refusal or timeout. Starts
+  /// the heartbeat and watch threads for it.
+  Assignment join();
   /// True once the coordinator has said this generation is stopping.
   bool stop_requested() const { return stop_requested_.load(); }
   /// The coordinator's reason for stopping (another node's failure).
@@ -80,6 +86,7 @@ class AgentSession final : public AttemptArbiter {
   WorkerHealthBoard& health_;
   CoordinatorClient client_;
   Assignment assignment_;
+  int64_t next_generation_ = 0;  // event-loop thread only
   std::atomic<bool> threads_stop_{false};
   std::mutex sleep_mutex_;
   std::condition_variable wake_threads_;  // ends the heartbeat thread's sleep at once

@@ -111,6 +111,18 @@ std::optional<LaunchOptions> parse_launch_options(int argc, const char* const* a
       ->envname("DDPLAUNCH_STOP_TIMEOUT")
       ->check(CLI::NonNegativeNumber)
       ->capture_default_str();
+  app.add_option(spellings("max-node-failures"), o.max_node_failures,
+                 "elastic jobs (--nnodes=MIN:MAX): a node whose workers failed this many generations in a row is "
+                 "left out while MIN nodes remain (0: never)")
+      ->envname("DDPLAUNCH_MAX_NODE_FAILURES")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+  app.add_option(spellings("grow"), o.grow,
+                 "elastic jobs: when a node that joins a running job gets in: 'now' (the job stops and re-forms "
+                 "with it) or 'restart' (at the next restart)")
+      ->envname("DDPLAUNCH_GROW")
+      ->check(CLI::IsMember({"now", "restart"}))
+      ->capture_default_str();
   add_flag(app, spellings("virtual-local-rank"), o.virtual_local_rank, "PET_VIRTUAL_LOCAL_RANK",
            "every worker sees LOCAL_RANK=0 and only its own GPU in CUDA_VISIBLE_DEVICES");
   add(app, "log-line-prefix-template", o.log_line_prefix_template,

@@ -33,6 +33,8 @@ struct LaunchOptions {
   std::string role = "default";
   double shutdown_grace_s = 5.0;
   double stop_timeout_s = 0;          // SIGTERM: seconds for the ranks to stop at a step boundary first
+  int max_node_failures = 3;          // elastic: a node failing this many generations in a row leaves (0: never)
+  std::string grow = "now";           // elastic: when a waiting node gets in: now | restart
   bool preflight = false;             // run the doctor checks first; refuse to start on a failure
   double heartbeat_interval_s = 1.0;  // workers' heartbeats to their agent
   double hang_timeout_s = 300.0;      // silent rank / no progress before a hang is declared

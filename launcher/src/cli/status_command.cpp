@@ -4,6 +4,8 @@
 #include <fmt/format.h>
 
 #include <cstdio>
+#include <string>
+#include <vector>
 
 #include "cli/job_selection.h"
 
@@ -37,6 +39,22 @@ std::string open_collective(const nlohmann::json& r) {
                      human_bytes(c.value("bytes", int64_t{0})), c.value("dtype", ""), c.value("age_s", 0.0));
 }
 
+// Elastic jobs: the nodes of this generation, changes so far, who left and who waits.
+std::string render_membership(const nlohmann::json& s) {
+  if (!s.contains("nnodes_range") || !s.contains("membership")) return "";
+  std::vector<std::string> nodes;
+  for (const auto& m : s["membership"]) nodes.push_back(fmt::format("{}={}", m.value("node", 0), m.value("host", "?")));
+  std::string out = fmt::format("membership: nodes {} (of {}..{}), {} membership change(s), {} node(s) waiting to "
+                                "join\n",
+                                nodes.empty() ? std::string("-") : fmt::format("{}", fmt::join(nodes, " ")),
+                                s["nnodes_range"][0].get<int>(), s["nnodes_range"][1].get<int>(),
+                                s.value("membership_changes", 0), s.value("waiting_nodes", 0));
+  if (s.contains("departed")) {
+    for (const auto& d : s["departed"]) out += fmt::format("  left: {}\n", d.get<std::string>());
+  }
+  return out;
+}
+
 }  // namespace
 
 std::string render_status(const nlohmann::json& s) {
@@ -47,6 +65,7 @@ std::string render_status(const nlohmann::json& s) {
       s.value("generation", 0), s.value("state", "?"), s.value("restarts_used", 0), s.value("max_restarts", 0),
       s.value("elapsed_s", 0.0), s.value("world_size", 0), s.value("nnodes", 0));
   if (s.contains("failure")) out += fmt::format("failure: {}\n", s["failure"].get<std::string>());
+  out += render_membership(s);
   out += fmt::format("{:>5}  {:<16} {:>8}  {:<13} {:>8}  {:<10} {:>9}  {:>10}  {}\n", "rank", "host", "pid", "state",
                      "step", "phase", "heartbeat", "step time", "open collective");
   if (!health.contains("ranks")) return out;

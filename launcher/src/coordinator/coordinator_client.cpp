@@ -109,6 +109,10 @@ Status CoordinatorClient::join(const JoinParams& p, int max_restarts, Duration t
   req.set_master_port(p.master_port);
   req.set_max_restarts(max_restarts);
   req.set_join_timeout_ms(to_ms(timeout));
+  req.set_agent_id(p.agent_id);
+  req.set_hosts_coordinator(p.hosts_coordinator);
+  req.set_max_node_failures(p.max_node_failures);
+  req.set_grow(p.grow);
   req.mutable_job_env()->insert(p.job_env.begin(), p.job_env.end());
   pb::JoinReply reply;
   grpc::ClientContext ctx;
@@ -172,6 +176,7 @@ Status CoordinatorClient::join(const JoinParams& p, int max_restarts, Duration t
   a.generation = reply.generation();
   a.master_addr = reply.master_addr();
   a.master_port = reply.master_port();
+  a.restarts_used = reply.restarts_used();
   a.job_env.insert(reply.job_env().begin(), reply.job_env().end());
   result.max_restarts = reply.max_restarts();
   return s;
@@ -230,6 +235,7 @@ Status CoordinatorClient::report_outcome(int64_t generation, const NodeOutcome& 
   req.set_exit_code(o.exit_code);
   req.set_failed_rank(o.failed_rank);
   req.set_description(o.description);
+  req.set_leaving(o.leaving);
   pb::OutcomeReply reply;
   grpc::ClientContext ctx;
   set_deadline(ctx, timeout);
@@ -255,6 +261,7 @@ Status CoordinatorClient::watch(int node_rank, int64_t generation, GenerationSta
   view.failed_node = reply.failed_node();
   view.failed_rank = reply.failed_rank();
   view.report_json = reply.report_json();
+  view.membership_change = reply.membership_change();
   return s;
 }
 

@@ -22,6 +22,14 @@ const char* to_string(GenerationState state) {
   return "unknown";
 }
 
+std::optional<JobConfig::Grow> parse_grow_policy(const std::string& text) {
+  if (text == "now") return JobConfig::Grow::kNow;
+  if (text == "restart") return JobConfig::Grow::kAtRestart;
+  return std::nullopt;
+}
+
+const char* to_string(JobConfig::Grow grow) { return grow == JobConfig::Grow::kNow ? "now" : "restart"; }
+
 void CoordinatorJob::Fired::run() {
   for (auto& j : joins) j();
   for (auto& w : waits) w();
@@ -73,12 +81,25 @@ void CoordinatorJob::join(const JoinParams& params, Duration timeout, JoinCallba
   Fired fired;
   {
     std::lock_guard<std::mutex> lock(mutex_);
+    // The joiner learns how many restarts the job has used when its world forms.
+    JoinCallback with_restarts = [this, done = std::move(done)](const Status& s, const Assignment& a) {
+      Assignment told = a;
+      if (s.ok()) {
+        std::lock_guard<std::mutex> job_lock(mutex_);
+        told.restarts_used = restarts_used_;
+      }
+      done(s, told);
+    };
+    const auto excluded = excluded_.find(Rendezvous::member_key(params));
     if (state_ == GenerationState::kFinished) {
-      fired.joins.push_back({std::move(done), {StatusCode::kFailedPrecondition, "the job has finished"}, {}});
+      fired.joins.push_back({std::move(with_restarts), {StatusCode::kFailedPrecondition, "the job has finished"}, {}});
+    } else if (excluded != excluded_.end()) {
+      fired.joins.push_back({std::move(with_restarts), {StatusCode::kFailedPrecondition, excluded->second}, {}});
     } else {
       const SteadyTime now = clock_.now();
-      rendezvous_.join(params, now, now + timeout, std::move(done), fired.joins);
+      rendezvous_.join(params, now, now + timeout, std::move(with_restarts), fired.joins);
       if (rendezvous_.complete() && !world_formed_) on_world_formed();
+      grow_if_waiting(fired);
     }
   }
   fired.run();
@@ -92,6 +113,7 @@ void CoordinatorJob::on_world_formed() {
   last_heartbeat_.assign(static_cast<size_t>(world_nnodes_), clock_.now());
   told_finished_.assign(static_cast<size_t>(world_nnodes_), false);
   root_cause_.reset();
+  membership_stop_.clear();
   health_.reset(rendezvous_.nnodes() * rendezvous_.nproc());
   pending_hang_.reset();
   hang_stacks_.reset();
@@ -200,6 +222,15 @@ std::string CoordinatorJob::status_json() const {
   j["hosts"] = rendezvous_.hosts();
   j["ranks"] = health_.snapshot();
   if (root_cause_) j["failure"] = root_cause_->description;
+  nlohmann::json membership = nlohmann::json::array();
+  for (size_t r = 0; r < rendezvous_.hosts().size(); ++r) {
+    membership.push_back({{"node", r}, {"host", rendezvous_.hosts()[r]}});
+  }
+  j["membership"] = std::move(membership);
+  j["membership_changes"] = membership_changes_;
+  j["waiting_nodes"] = rendezvous_.waiting();
+  j["departed"] = departed_;
+  if (!membership_stop_.empty()) j["stopping_for"] = membership_stop_;
   return j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
 }
 
@@ -242,22 +273,85 @@ void CoordinatorJob::conclude_if_all_reported(Fired& fired) {
   if (std::any_of(outcomes_.begin(), outcomes_.end(), [](const auto& o) { return !o.has_value(); })) return;
   const Status over{StatusCode::kAborted, fmt::format("generation {} has ended", generation_)};
   kv_.abort_waits(over, fired.waits);
-  if (root_cause_ && restarts_used_ < config_.max_restarts) {
-    ++restarts_used_;
-    set_state(GenerationState::kRestarting, fired);
-    // The next generation starts clean: new world, empty store, new IDs.
-    ++generation_;
-    root_cause_.reset();  // the new generation has no failure yet
-    state_ = GenerationState::kRunning;
-    world_formed_ = false;
-    kv_ = KvStore();
-    nccl_ids_.clear();
-    rendezvous_.open(generation_);
+  end_generation(fired);
+}
+
+void CoordinatorJob::end_generation(Fired& fired) {
+  const std::vector<std::string>& members = rendezvous_.members();
+  std::vector<NodeEnd> nodes(static_cast<size_t>(world_nnodes_));
+  for (size_t r = 0; r < nodes.size(); ++r) {
+    NodeEnd& n = nodes[r];
+    n.member = members[r];
+    n.host = rendezvous_.hosts()[r];
+    n.hosts_coordinator = rendezvous_.hosts_coordinator(static_cast<int>(r));
+    n.outcome = *outcomes_[r];
+    const auto streak = failure_streaks_.find(n.member);
+    n.failure_streak = streak == failure_streaks_.end() ? 0 : streak->second;
+  }
+  MembershipRules rules;
+  rules.min_nnodes = rendezvous_.min_nnodes();
+  rules.max_nnodes = rendezvous_.max_nnodes();
+  rules.max_restarts = config_.max_restarts;
+  rules.restarts_used = restarts_used_;
+  rules.max_node_failures = config_.max_node_failures;
+  rules.grow_requested = !membership_stop_.empty();
+  const GenerationEnd end = decide_generation_end(nodes, root_cause_, rules);
+
+  std::vector<bool> departs(nodes.size(), false);
+  excluded_last_.clear();
+  for (size_t r = 0; r < nodes.size(); ++r) failure_streaks_[nodes[r].member] = end.failure_streaks[r];
+  for (const Departure& d : end.departures) {
+    const auto r = static_cast<size_t>(d.node_rank);
+    departs[r] = true;
+    spdlog::warn("job {}: node {} ({}) {}: {}", job_id_, d.node_rank, nodes[r].host, to_string(d.why), d.description);
+    constexpr size_t kDepartedKept = 32;  // a bounded history for `status`
+    if (departed_.size() == kDepartedKept) departed_.erase(departed_.begin());
+    departed_.push_back(d.description);
+    if (d.why == Departure::Why::kExcluded) {
+      excluded_[nodes[r].member] = d.description;
+      excluded_last_[d.node_rank] = d;
+    }
+  }
+  if (!end.restart) {
+    finished_view_ = view_of(generation_);
+    finished_view_.exit_code = end.exit_code;
+    set_state(GenerationState::kFinished, fired);
     return;
   }
-  finished_view_ = view_of(generation_);
-  finished_view_.exit_code = root_cause_ ? root_cause_->exit_code : 0;
-  set_state(GenerationState::kFinished, fired);
+  if (end.counts_as_restart) ++restarts_used_;
+  if (end.membership_change) ++membership_changes_;
+  last_restart_view_ = view_of(generation_);
+  last_restart_view_.state = GenerationState::kRestarting;
+  last_restart_view_.reason = end.reason;
+  last_restart_view_.membership_change = end.membership_change;
+  spdlog::warn("job {}: generation {} ended: {}", job_id_, generation_, end.reason);
+  std::vector<std::string> expected;
+  for (size_t r = 0; r < nodes.size(); ++r) {
+    if (!departs[r]) expected.push_back(nodes[r].member);
+  }
+  // The next generation starts clean: new world, empty store, new IDs.
+  ++generation_;
+  root_cause_.reset();
+  membership_stop_.clear();
+  state_ = GenerationState::kRunning;
+  world_formed_ = false;
+  kv_ = KvStore();
+  nccl_ids_.clear();
+  rendezvous_.open(generation_, std::move(expected));
+  release_watches(fired);  // the ended generation's watchers hear last_restart_view_
+}
+
+void CoordinatorJob::grow_if_waiting(Fired& fired) {
+  if (config_.grow != JobConfig::Grow::kNow || !world_formed_ || state_ != GenerationState::kRunning ||
+      rendezvous_.waiting() == 0 || world_nnodes_ >= rendezvous_.max_nnodes() || !membership_stop_.empty()) {
+    return;
+  }
+  membership_stop_ = fmt::format(
+      "{} node(s) waiting to join: stopping generation {} to re-form with {} node(s) (a membership change: the "
+      "restart budget is untouched)",
+      rendezvous_.waiting(), generation_, std::min(world_nnodes_ + rendezvous_.waiting(), rendezvous_.max_nnodes()));
+  spdlog::warn("job {}: {}", job_id_, membership_stop_);
+  set_state(GenerationState::kStopping, fired);
 }
 
 void CoordinatorJob::set_state(GenerationState state, Fired& fired) {
@@ -269,7 +363,9 @@ GenerationView CoordinatorJob::view_of(int64_t generation) const {
   GenerationView v;
   v.generation = generation;
   // An earlier generation is over, and the job has moved on to a later one.
+  if (generation == generation_ - 1) return last_restart_view_;
   v.state = generation < generation_ ? GenerationState::kRestarting : state_;
+  if (generation == generation_ && !root_cause_) v.reason = membership_stop_;
   if (state_ == GenerationState::kFinished && generation == generation_) v.exit_code = finished_view_.exit_code;
   if (root_cause_ && generation == generation_) {
     v.reason = root_cause_->description;
@@ -291,6 +387,16 @@ void CoordinatorJob::release_watches(Fired& fired) {
 
 GenerationView CoordinatorJob::answer(int node_rank, int64_t generation, bool asked_after_outcome) {
   GenerationView view = view_of(generation);
+  // An excluded node hears that the job is over for it.
+  if (generation == generation_ - 1) {
+    if (auto it = excluded_last_.find(node_rank); it != excluded_last_.end()) {
+      view.state = GenerationState::kFinished;
+      view.exit_code = it->second.exit_code;
+      view.reason = it->second.description;
+      view.membership_change = false;
+      return view;
+    }
+  }
   // Only a watch made after the node reported is its agent waiting for the
   // verdict; an earlier one may belong to a poll the agent has abandoned.
   if (view.state == GenerationState::kFinished && asked_after_outcome) {
@@ -458,6 +564,7 @@ void CoordinatorJob::tick() {
       set_state(GenerationState::kFinished, fired);
     }
     check_health(now, fired);
+    grow_if_waiting(fired);
     finish_stack_requests(now, fired);
     if (world_formed_ && (state_ == GenerationState::kRunning || state_ == GenerationState::kStopping)) {
       for (int node = 0; node < world_nnodes_; ++node) {

@@ -1,10 +1,11 @@
 #pragma once
 // CoordinatorJob: everything the coordinator knows and decides about one job:
 // its rendezvous, its KV store and NCCL IDs per generation, each node's
-// heartbeats and outcomes, and the verdict after a generation ends (restart
-// as generation+1 while the budget lasts, else finish with the root cause's
-// exit code). Plain C++: the gRPC service is a thin adapter over it, and
-// tests call it directly with a FakeClock.
+// heartbeats and outcomes, and the verdict after a generation ends (the
+// rules of membership/generation_end.h: a membership change, a restart while
+// the budget lasts, or the end with the root cause's exit code). Plain C++:
+// the gRPC service is a thin adapter over it, and tests call it directly
+// with a FakeClock.
 //
 // Threading: thread-safe; one mutex per job. Every callback runs on the
 // calling thread after the mutex is released (never under it), possibly on
@@ -24,6 +25,8 @@
 #include "ddp/common/status.h"
 #include "health/hang_detector.h"
 #include "health/rank_health.h"
+#include "membership/generation_end.h"
+#include "membership/node_outcome.h"
 #include "stacks/stack_collection.h"
 
 namespace ddp {
@@ -45,20 +48,19 @@ struct JobConfig {
   /// how long the rendezvous waits for more once that many joined.
   int min_nnodes = 0;
   Duration last_call_timeout = std::chrono::seconds(30);
+  /// Elastic: a node whose own workers failed this many generations in a row
+  /// leaves the job (0: never). See generation_end.h.
+  int max_node_failures = 0;
+  /// Elastic: when a node waiting to join a running job gets in.
+  enum class Grow { kNow, kAtRestart } grow = Grow::kNow;
 };
+
+/// "now" or "restart" (the option's spellings); nullopt for anything else.
+std::optional<JobConfig::Grow> parse_grow_policy(const std::string& text);
+const char* to_string(JobConfig::Grow grow);
 
 enum class GenerationState { kRunning = 1, kStopping = 2, kRestarting = 3, kFinished = 4 };
 const char* to_string(GenerationState state);
-
-/// What a node reports when its workers have ended.
-struct NodeOutcome {
-  int node_rank = 0;
-  bool success = false;
-  bool stopped = false;  // ended on the coordinator's order, not by a failure of its own
-  int exit_code = 0;
-  int failed_rank = -1;
-  std::string description;
-};
 
 /// A generation's state as agents see it.
 struct GenerationView {
@@ -69,6 +71,9 @@ struct GenerationView {
   int failed_node = -1;
   int failed_rank = -1;
   std::string report_json;  // the hang or desync report, when that was the cause
+  /// With kRestarting: the next generation has other nodes (the restart
+  /// budget is untouched).
+  bool membership_change = false;
 };
 
 /// A worker heartbeat as an agent forwards it: held for `held` at the agent.
@@ -170,6 +175,11 @@ class CoordinatorJob {
   GenerationView answer(int node_rank, int64_t generation, bool asked_after_outcome);
   bool has_reported(int node_rank) const;
   void on_world_formed();
+  /// Elastic jobs with the "now" policy: a newcomer waits, so the running
+  /// generation stops to re-form with it.
+  void grow_if_waiting(Fired& fired);
+  /// Every node reported: the decision of generation_end.h, carried out.
+  void end_generation(Fired& fired);
   void check_health(SteadyTime now, Fired& fired);
   /// Answers the stack collections asked for by `ddplaunch stacks` that are done.
   void finish_stack_requests(SteadyTime now, Fired& fired);
@@ -193,6 +203,14 @@ class CoordinatorJob {
   std::vector<std::optional<NodeOutcome>> outcomes_;  // by node rank
   std::vector<SteadyTime> last_heartbeat_;            // by node rank
   std::optional<NodeOutcome> root_cause_;
+  std::string membership_stop_;  // why a healthy generation stops (a newcomer), else empty
+  // Membership across generations.
+  std::map<std::string, int> failure_streaks_;       // by member key
+  std::map<std::string, std::string> excluded_;      // member key -> why
+  std::map<int, Departure> excluded_last_;           // by node rank of the generation before generation_
+  GenerationView last_restart_view_;                 // of the generation before generation_
+  int membership_changes_ = 0;
+  std::vector<std::string> departed_;                // every node that left, in words (newest last, bounded)
   GenerationView finished_view_;
   std::vector<Parked> watches_;
   std::vector<bool> told_finished_;  // by node rank

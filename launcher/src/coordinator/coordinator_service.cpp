@@ -73,6 +73,15 @@ CoordinatorService::Reactor* CoordinatorService::Join(Ctx* ctx, const pb::JoinRe
   view.nproc = req->nproc();
   view.max_restarts = req->max_restarts();
   view.job_env.insert(req->job_env().begin(), req->job_env().end());
+  view.max_node_failures = std::max(req->max_node_failures(), 0);
+  if (!req->grow().empty()) {
+    const std::optional<JobConfig::Grow> grow = parse_grow_policy(req->grow());
+    if (!grow) {
+      finish(ctx, reactor, {StatusCode::kInvalidArgument, "grow must be 'now' or 'restart'"}, "Join");
+      return reactor;
+    }
+    view.grow = *grow;
+  }
   std::shared_ptr<CoordinatorJob> job;
   if (Status s = coordinator_.find_for_join(req->auth().job_id(), req->auth().token(), view, job); !s.ok()) {
     finish(ctx, reactor, s, "Join");
@@ -86,6 +95,8 @@ CoordinatorService::Reactor* CoordinatorService::Join(Ctx* ctx, const pb::JoinRe
   params.min_nnodes = req->min_nnodes();
   params.generation = req->generation();
   params.master_port = req->master_port();
+  params.agent_id = req->agent_id().substr(0, Limits::kMaxIdBytes);
+  params.hosts_coordinator = req->hosts_coordinator();
   const int max_restarts = job->config().max_restarts;
   reply->mutable_job_env()->insert(job->config().job_env.begin(), job->config().job_env.end());
   job->join(params, millis(req->join_timeout_ms()),
@@ -99,6 +110,7 @@ CoordinatorService::Reactor* CoordinatorService::Join(Ctx* ctx, const pb::JoinRe
                 reply->set_master_addr(a.master_addr);
                 reply->set_master_port(a.master_port);
                 reply->set_max_restarts(max_restarts);
+                reply->set_restarts_used(a.restarts_used);
               }
               finish(ctx, reactor, s, "Join");
             });
@@ -138,6 +150,7 @@ CoordinatorService::Reactor* CoordinatorService::ReportOutcome(Ctx* ctx, const p
     o.exit_code = req->exit_code();
     o.failed_rank = req->failed_rank();
     o.description = req->description().substr(0, Limits::kMaxKeyBytes);
+    o.leaving = req->leaving();
     finish(ctx, reactor, job->report_outcome(req->generation(), o), "ReportOutcome");
   }
   return reactor;
@@ -183,6 +196,7 @@ CoordinatorService::Reactor* CoordinatorService::Watch(Ctx* ctx, const pb::Watch
                  reply->set_failed_node(v.failed_node);
                  reply->set_failed_rank(v.failed_rank);
                  reply->set_report_json(v.report_json);
+                 reply->set_membership_change(v.membership_change);
                  finish(ctx, reactor, s, "Watch");
                });
   }

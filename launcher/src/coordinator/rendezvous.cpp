@@ -7,16 +7,39 @@
 
 namespace ddp {
 
-void Rendezvous::open(int64_t generation) {
+void Rendezvous::open(int64_t generation, std::optional<std::vector<std::string>> expected) {
   generation_ = generation;
   complete_ = false;
   pending_.clear();
   last_call_at_.reset();
   rank_taken_.assign(static_cast<size_t>(max_nnodes_), false);
+  expected_ = expected ? std::move(*expected) : members_by_rank_;
+  admit_waiting();
+}
+
+void Rendezvous::admit_waiting() {
+  size_t admitted = 0;
+  while (admitted < waiting_.size() && static_cast<int>(expected_.size()) < max_nnodes_) {
+    Pending& p = waiting_[admitted++];
+    p.params.generation = generation_;
+    p.params.node_rank = -1;  // an elastic world assigns ranks
+    expected_.push_back(member_key(p.params));
+    pending_.push_back(std::move(p));
+  }
+  waiting_.erase(waiting_.begin(), waiting_.begin() + static_cast<std::ptrdiff_t>(admitted));
+}
+
+bool Rendezvous::hosts_coordinator(int node_rank) const {
+  return node_rank >= 0 && static_cast<size_t>(node_rank) < coordinator_host_by_rank_.size() &&
+         coordinator_host_by_rank_[static_cast<size_t>(node_rank)];
 }
 
 std::string Rendezvous::expected_nodes() const {
   return elastic() ? fmt::format("{}:{}", min_nnodes_, max_nnodes_) : std::to_string(max_nnodes_);
+}
+
+bool Rendezvous::is_newcomer(const JoinParams& p) const {
+  return elastic() && (p.generation != generation_ || complete_) && check_shape(p).ok();
 }
 
 Status Rendezvous::check(const JoinParams& p) const {
@@ -29,6 +52,14 @@ Status Rendezvous::check(const JoinParams& p) const {
                                                          "nodes); join refused",
                                                          generation_, nnodes())};
   }
+  if (Status s = check_shape(p); !s.ok()) return s;
+  if (p.node_rank >= 0 && rank_taken_[static_cast<size_t>(p.node_rank)]) {
+    return {StatusCode::kAlreadyExists, fmt::format("duplicate node rank {}: another agent already has it", p.node_rank)};
+  }
+  return Status::Ok();
+}
+
+Status Rendezvous::check_shape(const JoinParams& p) const {
   const int min = p.min_nnodes > 0 ? p.min_nnodes : p.nnodes;
   if (p.nnodes != max_nnodes_ || min != min_nnodes_) {
     const std::string asked = min < p.nnodes ? fmt::format("{}:{}", min, p.nnodes) : std::to_string(p.nnodes);
@@ -42,34 +73,45 @@ Status Rendezvous::check(const JoinParams& p) const {
   if (p.node_rank >= max_nnodes_ || p.node_rank < -1) {
     return {StatusCode::kInvalidArgument, fmt::format("node rank {} outside 0..{}", p.node_rank, max_nnodes_ - 1)};
   }
-  if (p.node_rank >= 0 && rank_taken_[static_cast<size_t>(p.node_rank)]) {
-    return {StatusCode::kAlreadyExists, fmt::format("duplicate node rank {}: another agent already has it", p.node_rank)};
-  }
   return Status::Ok();
 }
 
 void Rendezvous::join(const JoinParams& params, SteadyTime now, SteadyTime deadline, JoinCallback done,
                       FiredJoins& fired) {
+  if (is_newcomer(params)) {
+    if (complete_) {
+      waiting_.push_back({params, deadline, std::move(done)});
+      return;
+    }
+    // The next generation is forming: the newcomer is part of it.
+    JoinParams admitted = params;
+    admitted.generation = generation_;
+    admitted.node_rank = -1;
+    expected_.push_back(member_key(admitted));
+    join(admitted, now, deadline, std::move(done), fired);
+    return;
+  }
   if (Status s = check(params); !s.ok()) {
     fired.push_back({std::move(done), s, {}});
     return;
   }
   if (params.node_rank >= 0) rank_taken_[static_cast<size_t>(params.node_rank)] = true;
   pending_.push_back({params, deadline, std::move(done)});
-  if (static_cast<int>(pending_.size()) == max_nnodes_ || previous_world_is_back()) {
+  if (static_cast<int>(pending_.size()) == max_nnodes_ || expected_are_back()) {
     form_world(fired);
   } else if (static_cast<int>(pending_.size()) >= min_nnodes_) {
     last_call_at_ = now + last_call_;  // each newcomer restarts the last call, as torchrun's does
   }
 }
 
-bool Rendezvous::previous_world_is_back() const {
-  if (!elastic() || generation_ == 0 || hosts_by_rank_.empty() || pending_.size() < hosts_by_rank_.size()) {
+bool Rendezvous::expected_are_back() const {
+  if (!elastic() || expected_.empty() || static_cast<int>(pending_.size()) < min_nnodes_ ||
+      pending_.size() < expected_.size()) {
     return false;
   }
-  std::multiset<std::string> missing(hosts_by_rank_.begin(), hosts_by_rank_.end());
+  std::multiset<std::string> missing(expected_.begin(), expected_.end());
   for (const Pending& p : pending_) {
-    if (auto it = missing.find(p.params.host); it != missing.end()) missing.erase(it);
+    if (auto it = missing.find(member_key(p.params)); it != missing.end()) missing.erase(it);
   }
   return missing.empty();
 }
@@ -121,6 +163,8 @@ void Rendezvous::form_world(FiredJoins& fired) {
   const JoinParams& master = pending_[by_rank[0]].params;
 
   hosts_by_rank_.assign(pending_.size(), {});
+  members_by_rank_.assign(pending_.size(), {});
+  coordinator_host_by_rank_.assign(pending_.size(), false);
   previous_rank_of_host_.clear();
   for (size_t i = 0; i < pending_.size(); ++i) {
     const auto r = static_cast<size_t>(rank_of[i]);
@@ -134,6 +178,8 @@ void Rendezvous::form_world(FiredJoins& fired) {
     a.master_port = master.master_port;
     a.host = pending_[i].params.host;
     hosts_by_rank_[r] = a.host;
+    members_by_rank_[r] = member_key(pending_[i].params);
+    coordinator_host_by_rank_[r] = pending_[i].params.hosts_coordinator;
     previous_rank_of_host_.emplace(a.host, a.node_rank);
     fired.push_back({std::move(pending_[i].done), Status::Ok(), a});
   }
@@ -145,7 +191,9 @@ void Rendezvous::form_world(FiredJoins& fired) {
 
 void Rendezvous::abort(const Status& status, FiredJoins& fired) {
   for (auto& p : pending_) fired.push_back({std::move(p.done), status, {}});
+  for (auto& p : waiting_) fired.push_back({std::move(p.done), status, {}});
   pending_.clear();
+  waiting_.clear();
   last_call_at_.reset();
   rank_taken_.assign(static_cast<size_t>(max_nnodes_), false);
 }
@@ -177,7 +225,22 @@ std::optional<std::string> Rendezvous::waiting_summary(SteadyTime now) const {
   return line;
 }
 
+void Rendezvous::expire_waiting(SteadyTime now, FiredJoins& fired) {
+  auto expired = std::stable_partition(waiting_.begin(), waiting_.end(),
+                                       [now](const Pending& p) { return p.deadline > now; });
+  for (auto it = expired; it != waiting_.end(); ++it) {
+    fired.push_back({std::move(it->done),
+                     {StatusCode::kDeadlineExceeded,
+                      fmt::format("timed out waiting for a place in the job: it runs generation {} with {} of at "
+                                  "most {} node(s), and no new generation formed",
+                                  generation_, nnodes(), max_nnodes_)},
+                     {}});
+  }
+  waiting_.erase(expired, waiting_.end());
+}
+
 bool Rendezvous::expire(SteadyTime now, FiredJoins& fired) {
+  expire_waiting(now, fired);
   if (complete_ || pending_.empty()) return false;
   const bool any_expired =
       std::any_of(pending_.begin(), pending_.end(), [now](const Pending& p) { return p.deadline <= now; });

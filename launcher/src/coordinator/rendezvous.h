@@ -13,7 +13,15 @@
 // arrival order, except that a host that held a rank in an earlier generation
 // gets it back when free (a restart keeps the layout). A smaller elastic world
 // keeps that order and closes the gaps, so ranks run 0..n-1. A restart of an
-// elastic job forms as soon as every node of the previous world is back.
+// elastic job forms as soon as every node it expects is back (by default those
+// of the previous world; the coordinator names the survivors after a node was
+// lost, and the newcomers it admits).
+//
+// Newcomers (elastic jobs only): a join for a generation that is not open, or
+// while the open one's world is complete, waits for the next generation
+// instead of being refused; open() admits waiting newcomers while places are
+// free (at most max_nnodes in all). Nodes are known by their agent's
+// identity (JoinParams::agent_id, else their host).
 //
 // Threading: not thread-safe (CoordinatorJob serializes). Callbacks are
 // returned to the caller to run after its lock is released.
@@ -31,6 +39,8 @@ namespace ddp {
 
 struct JoinParams {
   std::string host;
+  std::string agent_id;  // unique per agent process; empty: the host stands for it
+  bool hosts_coordinator = false;  // this agent's process serves the coordinator
   std::map<std::string, std::string> job_env;  // this node's NCCL_* (the job keeps its creator's)
   int nproc = 0;
   int node_rank = -1;  // -1: assign
@@ -39,6 +49,9 @@ struct JoinParams {
   Duration last_call_timeout = std::chrono::seconds(30);  // elastic (a new job takes its first joiner's)
   int64_t generation = 0;
   int master_port = 0;
+  // The job's membership rules (a new job takes its first joiner's; see JobConfig).
+  int max_node_failures = 0;
+  std::string grow;  // "now" or "restart"; empty: "now"
 };
 
 struct Assignment {
@@ -47,6 +60,7 @@ struct Assignment {
   int rank_start = 0;
   int world_size = 0;
   int64_t generation = 0;
+  int restarts_used = 0;  // of the job's max_restarts, before this generation
   std::string master_addr;
   int master_port = 0;
   std::string host;  // this node's host as recorded
@@ -71,7 +85,10 @@ class Rendezvous {
       : max_nnodes_(nnodes), min_nnodes_(min_nnodes > 0 ? min_nnodes : nnodes), nproc_(nproc), last_call_(last_call) {}
 
   /// Opens generation for joins (the first is 0; then each restart's).
-  void open(int64_t generation);
+  /// expected: the nodes (member keys) whose return completes an elastic
+  /// world before the last call; nullopt: those of the previous world.
+  /// Admits waiting newcomers while places are free.
+  void open(int64_t generation, std::optional<std::vector<std::string>> expected = std::nullopt);
   int64_t open_generation() const { return generation_; }
   /// Whether the open generation's world is complete.
   bool complete() const { return complete_; }
@@ -83,7 +100,8 @@ class Rendezvous {
   /// true when it did.
   bool close_last_call(SteadyTime now, FiredJoins& fired);
   /// Refuses parked joins whose deadline passed; returns true when that
-  /// happened (the generation can then no longer form).
+  /// happened (the generation can then no longer form). Waiting newcomers
+  /// whose deadline passed are refused alone.
   bool expire(SteadyTime now, FiredJoins& fired);
   /// Refuses every parked join with status (the coordinator shuts down).
   void abort(const Status& status, FiredJoins& fired);
@@ -95,6 +113,13 @@ class Rendezvous {
 
   /// The hosts of the formed world, by node rank.
   const std::vector<std::string>& hosts() const { return hosts_by_rank_; }
+  /// The member keys (agent identity, else host) of the formed world, by node rank.
+  const std::vector<std::string>& members() const { return members_by_rank_; }
+  /// Whether node_rank's agent serves the coordinator (formed world).
+  bool hosts_coordinator(int node_rank) const;
+  /// Newcomers waiting for the next generation.
+  int waiting() const { return static_cast<int>(waiting_.size()); }
+  static std::string member_key(const JoinParams& p) { return p.agent_id.empty() ? p.host : p.agent_id; }
   /// The nodes of the last formed world (before any formed: the most).
   int nnodes() const { return world_nnodes_ > 0 ? world_nnodes_ : max_nnodes_; }
   int max_nnodes() const { return max_nnodes_; }
@@ -108,12 +133,16 @@ class Rendezvous {
     SteadyTime deadline;
     JoinCallback done;
   };
+  Status check_shape(const JoinParams& params) const;
   Status check(const JoinParams& params) const;
+  bool is_newcomer(const JoinParams& params) const;
+  void admit_waiting();
   void form_world(FiredJoins& fired);
   std::string expected_nodes() const;  // "2" or "1:2"
-  /// A restart of an elastic job need not wait for the last call once every
-  /// node of the world before has joined again.
-  bool previous_world_is_back() const;
+  /// An elastic generation need not wait for the last call once every
+  /// expected node has joined.
+  bool expected_are_back() const;
+  void expire_waiting(SteadyTime now, FiredJoins& fired);
 
   int max_nnodes_;
   int min_nnodes_;
@@ -124,9 +153,13 @@ class Rendezvous {
   int64_t generation_ = 0;
   bool complete_ = false;
   std::vector<Pending> pending_;
+  std::vector<Pending> waiting_;  // newcomers, for the next generation
+  std::vector<std::string> expected_;  // member keys
   std::vector<bool> rank_taken_;                         // explicit ranks among pending
   std::multimap<std::string, int> previous_rank_of_host_;  // from the last formed world
   std::vector<std::string> hosts_by_rank_;
+  std::vector<std::string> members_by_rank_;
+  std::vector<bool> coordinator_host_by_rank_;
 };
 
 }  // namespace ddp

@@ -13,6 +13,7 @@
 #include <fstream>
 #include <future>
 #include <map>
+#include <random>
 #include <system_error>
 #include <thread>
 
@@ -110,7 +111,8 @@ std::vector<WorkerSpec> plan_workers(const LaunchPlan& plan, const Assignment& l
     id.role = plan.role;
     id.master_addr = layout.master_addr;
     id.master_port = layout.master_port;
-    id.restart_count = attempt;
+    id.restart_count = layout.restarts_used;
+    id.generation = layout.generation;
     id.max_restarts = plan.max_restarts;
     id.job_id = plan.job_id;
     id.error_file = (dir / "error.json").string();
@@ -229,8 +231,14 @@ class JobListener final : public SupervisorListener {
     spdlog::error("job {} attempt {} failed; report: {}", plan_.job_id, attempt, path.string());
   }
 
-  void on_restart(int next_attempt) override {
-    spdlog::warn("restarting the job as attempt {} of at most {}", next_attempt, plan_.max_restarts);
+  void on_restart(int next_attempt, const Verdict& why) override {
+    if (!why.reason.empty()) record_verdict(next_attempt - 1, why);
+    if (why.membership_change) {
+      spdlog::warn("re-forming the job with the nodes it has now (attempt {}; a membership change uses no restart)",
+                   next_attempt);
+    } else {
+      spdlog::warn("restarting the job as attempt {} of at most {}", next_attempt, plan_.max_restarts);
+    }
   }
 
   void on_stop_requested(int attempt, int signo) override {
@@ -308,6 +316,23 @@ class JobListener final : public SupervisorListener {
                          {"summary", dump.is_object() ? dump.value("summary", "") : "unreadable"}});
     }
     if (!records.empty()) report["nccl_flight_recorder"] = std::move(records);
+  }
+
+  // The coordinator's word on why the attempt ended (a node lost, say) goes
+  // into its failure.json, beside what this node saw.
+  void record_verdict(int attempt, const Verdict& why) const {
+    const fs::path path = attempt_dir(plan_, attempt) / "failure.json";
+    nlohmann::json report = nlohmann::json::object();
+    if (std::ifstream in(path); in) {
+      report = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
+      if (!report.is_object()) report = nlohmann::json::object();
+    }
+    if (!report.contains("job_id")) report["job_id"] = plan_.job_id;
+    if (!report.contains("attempt")) report["attempt"] = attempt;
+    report["verdict"] = {{"reason", why.reason}, {"membership_change", why.membership_change}};
+    std::error_code ec;
+    fs::create_directories(path.parent_path(), ec);
+    std::ofstream(path) << report.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) << '\n';
   }
 
   void write_hang_report(int attempt) {
@@ -398,6 +423,8 @@ std::unique_ptr<CoordinatorServer> host_coordinator(const LaunchPlan& plan, cons
   job.config.node_timeout = plan.node_timeout;
   job.config.heartbeat_interval = plan.heartbeat_interval;
   job.config.hang_timeout = plan.hang_timeout;
+  job.config.max_node_failures = plan.max_node_failures;
+  job.config.grow = parse_grow_policy(plan.grow).value_or(JobConfig::Grow::kNow);
   job.config.job_env = launching_nccl_env(plan, current_environment());
   std::unique_ptr<CoordinatorServer> server;
   try {
@@ -433,6 +460,9 @@ AgentSettings agent_settings(const LaunchPlan& plan, const std::string& endpoint
   settings.host = plan.nnodes == 1 ? plan.master_addr : plan.local_addr;
   settings.master_port = plan.master_port;
   settings.max_restarts = plan.max_restarts;
+  settings.agent_id = fmt::format("{}:{}:{:08x}", this_host_name(), getpid(), std::random_device{}());
+  settings.max_node_failures = plan.max_node_failures;
+  settings.grow = plan.grow;
   settings.job_env = launching_nccl_env(plan, current_environment());
   settings.join_timeout = plan.join_timeout;
   // Worker heartbeats reach the coordinator with the agent's own.
@@ -510,7 +540,9 @@ int run_launch(const LaunchPlan& plan, OrphanSentinel* sentinel) {
        std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count()});
   const WakeupFd wakeup;
   WorkerHealthBoard health(SystemClock::instance(), stack_answer_timeout(plan.heartbeat_interval));
-  AgentSession session(agent_settings(plan, endpoint, tls), wakeup.fd(), health);
+  AgentSettings settings = agent_settings(plan, endpoint, tls);
+  settings.hosts_coordinator = coordinator != nullptr;
+  AgentSession session(std::move(settings), wakeup.fd(), health);
   remove_sockets_of_dead_agents(runtime_dir);
   const std::string socket_path = fmt::format("{}/{}.sock", runtime_dir, getpid());
   LocalAgentServer local(socket_path, session.client(), health, plan.job_id, plan.token);
@@ -538,7 +570,7 @@ int run_launch(const LaunchPlan& plan, OrphanSentinel* sentinel) {
   config.stop_timeout = plan.stop_timeout;
   bool defaults_told = false;
   config.plan_attempt = [&](int attempt) {
-    const Assignment layout = session.join(attempt);
+    const Assignment layout = session.join();
     router.set_node_rank(layout.node_rank);
     listener.set_node_rank(layout.node_rank);
     local.set_layout({layout, plan.nproc});

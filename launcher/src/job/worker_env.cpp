@@ -58,7 +58,7 @@ std::vector<std::string> build_worker_env(const std::vector<std::string>& base, 
       // static rendezvous does without an agent store).
       {"TORCHELASTIC_USE_AGENT_STORE", "False"},
       {"DDPLAUNCH_JOB_ID", id.job_id},
-      {"DDPLAUNCH_ATTEMPT", std::to_string(id.restart_count)},
+      {"DDPLAUNCH_ATTEMPT", std::to_string(id.generation)},
       {"DDPLAUNCH_RANK_LOG_DIR", id.rank_log_dir},
       {"DDPLAUNCH_STOP_FILE", id.stop_file},
       {"DDPLAUNCH_AGENT_SOCKET", id.agent_socket},

@@ -19,7 +19,8 @@ struct WorkerIdentity {
   std::string role;
   std::string master_addr;
   int master_port = 0;
-  int restart_count = 0;
+  int restart_count = 0;  // restarts used (TORCHELASTIC_RESTART_COUNT; membership changes use none)
+  int64_t generation = 0; // the job's generation (DDPLAUNCH_ATTEMPT)
   int max_restarts = 0;
   std::string job_id;
   std::string error_file;    // TORCHELASTIC_ERROR_FILE

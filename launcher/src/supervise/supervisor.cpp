@@ -20,11 +20,11 @@ const char* to_string(WorkerState state) {
 }
 
 Verdict LocalArbiter::conclude(const AttemptSummary& s) {
-  if (s.drained) return {false, exit_code::kRequeue};
-  if (s.stop_signal != 0) return {false, exit_code::for_signal(s.stop_signal)};
-  if (s.root_cause == nullptr) return {false, exit_code::kSuccess};
-  if (s.attempt < max_restarts_) return {true, 0};
-  return {false, s.root_cause->exit->shell_code()};
+  if (s.drained) return Verdict::finish(exit_code::kRequeue);
+  if (s.stop_signal != 0) return Verdict::finish(exit_code::for_signal(s.stop_signal));
+  if (s.root_cause == nullptr) return Verdict::finish(exit_code::kSuccess);
+  if (s.attempt < max_restarts_) return Verdict::restart_job();
+  return Verdict::finish(s.root_cause->exit->shell_code());
 }
 
 Supervisor::Supervisor(SupervisorConfig config, ProcessSpawner& spawner, const Clock& clock,
@@ -190,7 +190,7 @@ void Supervisor::finish_attempt_if_done() {
   const Verdict verdict = arbiter_.conclude(summary);
   if (verdict.restart && stop_signal_ == 0) {
     ++attempt_;
-    listener_.on_restart(attempt_);
+    listener_.on_restart(attempt_, verdict);
     start_attempt();
     return;
   }

@@ -46,6 +46,19 @@ struct WorkerRecord {
   WallTime exit_time{};
 };
 
+/// What follows an ended attempt.
+struct Verdict {
+  bool restart = false;
+  int exit_code = 0;  // when not restarting
+  std::string reason;             // why the attempt ended, as the coordinator says it (may be empty)
+  bool membership_change = false; // a restart with other nodes: no restart was used
+
+  static Verdict finish(int code, std::string why = {}) { return {false, code, std::move(why), false}; }
+  static Verdict restart_job(std::string why = {}, bool membership = false) {
+    return {true, 0, std::move(why), membership};
+  }
+};
+
 /// What the listener hears. Default implementations ignore the event.
 class SupervisorListener {
  public:
@@ -57,7 +70,7 @@ class SupervisorListener {
   virtual void on_first_failure(int /*attempt*/, const WorkerRecord&) {}
   /// The attempt's group has fully ended; failed() tells how.
   virtual void on_attempt_ended(int /*attempt*/, const std::vector<WorkerRecord>&) {}
-  virtual void on_restart(int /*next_attempt*/) {}
+  virtual void on_restart(int /*next_attempt*/, const Verdict& /*why*/) {}
   /// ddplaunch was asked to stop (SIGTERM with a stop_timeout): the workers
   /// are to stop at a step boundary on their own and exit 0; nobody is
   /// signalled yet.
@@ -73,11 +86,6 @@ struct AttemptSummary {
   int stop_signal = 0;                       // a signal ddplaunch received, if any
   bool stop_requested = false;               // stop_attempt() ended it (a failure elsewhere)
   bool drained = false;                      // asked to stop, every worker ended on its own with 0
-};
-
-struct Verdict {
-  bool restart = false;
-  int exit_code = 0;  // when not restarting
 };
 
 /// Decides what follows an ended attempt: a restart, or ddplaunch's exit

@@ -229,6 +229,8 @@ LaunchPlan resolve_launch_plan(const LaunchOptions& o, const GetEnv& getenv) {
   plan.role = o.role;
   plan.shutdown_grace = std::chrono::duration_cast<Duration>(std::chrono::duration<double>(o.shutdown_grace_s));
   plan.stop_timeout = std::chrono::duration_cast<Duration>(std::chrono::duration<double>(o.stop_timeout_s));
+  plan.max_node_failures = o.max_node_failures;
+  plan.grow = o.grow;
   plan.heartbeat_interval = std::chrono::duration_cast<Duration>(std::chrono::duration<double>(o.heartbeat_interval_s));
   plan.hang_timeout = std::chrono::duration_cast<Duration>(std::chrono::duration<double>(o.hang_timeout_s));
   plan.python_companion = !o.no_python_companion;

@@ -55,6 +55,8 @@ struct LaunchPlan {
   Duration shutdown_grace{};
   /// SIGTERM: how long the ranks get to stop at a step boundary (0: none).
   Duration stop_timeout{};
+  int max_node_failures = 3;  // elastic: see JobConfig::max_node_failures
+  std::string grow = "now";   // elastic: see JobConfig::grow
   Duration heartbeat_interval = std::chrono::seconds(1);
   Duration hang_timeout = std::chrono::seconds(300);
   /// --nccl-debug (upper case) and --nccl-debug-subsys; empty: not given.

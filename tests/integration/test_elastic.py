@@ -1,0 +1,118 @@
+"""Elastic membership with real agents and real ddptrain over Gloo (issue 17):
+a job of --nnodes=MIN:MAX shrinks when a node is lost, grows when a node joins,
+and leaves out a node whose workers keep failing. The agents are separate
+ddplaunch processes on this machine (one per "node"); the final parameters are
+compared with an uninterrupted run of the same global batch.
+"""
+
+import json
+import signal
+import unittest
+
+from launcher_harness import PYTHON, wait_until
+from multinode_harness import MultiNodeTestCase
+from test_ddptrain import DDPTRAIN, TORCH_OK, DdptrainCase, checkpoint_steps
+
+# Fast failure detection, and a short wait for more nodes once MIN have joined.
+CONF = "node_timeout=2,heartbeat_interval=0.5,last_call_timeout=1"
+STEPS = 1500
+# A global batch that 2 and 3 ranks both divide: the same training on either world
+# (a learning rate low enough that the training is not chaotic: 1e-16 stays small).
+TRAIN = ("--global-batch-size", 12, "--momentum", 0.9, "--lr", 0.01, "--samples", 384, "--precision", "fp64",
+         "--mlp-sizes", "32,512,512,10", "--log-every", 0, "--steps", STEPS)
+
+
+@unittest.skipUnless(TORCH_OK, "PYTHON_EXEC cannot import torch (needed to compare parameters)")
+class ElasticTrainingTest(MultiNodeTestCase, DdptrainCase):
+
+    def elastic_agent(self, nnodes, node_rank, ck, final, extra=()):
+        program = [DDPTRAIN, *map(str, TRAIN), "--checkpoint-dir", str(ck), "--checkpoint-every", "50",
+                   "--save-final", str(final)]
+        return self.start_agent(nnodes, 1, program, node_rank=node_rank, conf=CONF,
+                                env_extra=self.train_env(), extra=["--shutdown-grace=2", *extra])
+
+    def reference(self):
+        ref = self.tmp / "uninterrupted.pt"
+        self.train(2, *TRAIN, "--save-final", ref, timeout=120)
+        return ref
+
+    def wait_for_checkpoint(self, ck, step, launches):
+        if not wait_until(lambda: max(checkpoint_steps(ck), default=0) >= step, 60):
+            self.fail(f"no checkpoint of step >= {step} within 60 s"
+                      f"{self.describe_all([self.current_output(l) for l in launches])}")
+
+    def verdicts(self):
+        """The coordinator's verdicts recorded in the attempts' failure.json files."""
+        found = []
+        for path in sorted(self.log_dir.glob("*/attempt_*/failure.json")):
+            found.append(json.loads(path.read_text()).get("verdict", {}))
+        return found
+
+    def test_a_lost_node_shrinks_the_job_which_finishes_with_the_same_parameters(self):
+        ref = self.reference()
+        ck, final = self.tmp / "ck", self.tmp / "final.pt"
+        launches = [self.elastic_agent("2:3", r, ck, final) for r in range(3)]
+        self.wait_for_checkpoint(ck, 100, launches)
+        self.signal_launch(launches[2], signal.SIGKILL)
+        results = self.finish_all(launches, timeout=120)
+        desc = self.describe_all(results)
+        self.assertEqual([r.rc for r in results], [0, 0, -signal.SIGKILL], desc)
+        for r in results[:2]:
+            self.assertRegex(r.err, r"node 2 \(\S+\) went silent: no agent heartbeat for", desc)
+            self.assertIn("a membership change: the restart budget is untouched", r.err, desc)
+        self.assertIn("the checkpoint was written by 3 rank(s); continuing on 2 with the same global batch 12",
+                      results[0].out, desc)
+        self.assertIn({"membership_change": True}, [{k: v.get(k) for k in ("membership_change",)}
+                                                    for v in self.verdicts()], desc)
+        (row,) = self.compare((final, ref))
+        self.assert_close(row, 1e-10, "3 ranks, one node lost, then 2 ranks vs 2 ranks throughout")
+        self.assert_no_leftovers()
+
+    def test_a_node_that_joins_a_running_job_makes_it_grow(self):
+        ref = self.reference()
+        ck, final = self.tmp / "ck", self.tmp / "final.pt"
+        launches = [self.elastic_agent("2:3", r, ck, final) for r in range(2)]
+        self.wait_for_checkpoint(ck, 100, launches)
+        launches.append(self.elastic_agent("2:3", None, ck, final))
+        results = self.finish_all(launches, timeout=120)
+        desc = self.describe_all(results)
+        self.assertEqual([r.rc for r in results], [0, 0, 0], desc)
+        self.assertIn("1 node(s) waiting to join: stopping generation 0 to re-form with 3 node(s)", results[0].err,
+                      desc)
+        self.assertIn("joined the running job at generation 1", results[2].err, desc)
+        self.assertIn("continuing on 3 with the same global batch 12", results[0].out, desc)
+        (row,) = self.compare((final, ref))
+        self.assert_close(row, 1e-10, "2 ranks, a third node joins, then 3 ranks vs 2 ranks throughout")
+        self.assert_no_leftovers()
+
+
+POISONED = """
+import os, sys, time
+if os.environ.get("POISONED_NODE"):
+    print("this node's worker fails", flush=True)
+    sys.exit(3)
+time.sleep(0.5)
+"""
+
+
+class PoisonNodeTest(MultiNodeTestCase):
+
+    def test_a_node_whose_workers_keep_failing_is_left_out(self):
+        script = self.tmp / "poisoned.py"
+        script.write_text(POISONED)
+        common = dict(conf=CONF, extra=["--max-restarts=3", "--max-node-failures=2"])
+        healthy = self.start_agent("1:2", 1, [PYTHON, str(script)], node_rank=0, **common)
+        poisoned = self.start_agent("1:2", 1, [PYTHON, str(script)], node_rank=1,
+                                    env_extra={"POISONED_NODE": "1"}, **common)
+        results = self.finish_all([healthy, poisoned], timeout=60)
+        desc = self.describe_all(results)
+        self.assertEqual([r.rc for r in results], [0, 3], desc)
+        excluded = r"node 1 \(\S+\) is excluded from the job: its workers failed 2 generation\(s\) in a row"
+        self.assertRegex(results[1].err, excluded, desc)
+        self.assertRegex(results[0].err, excluded, desc)
+        self.assertIn("restart 2 of 3", results[0].err, desc)
+        self.assert_no_leftovers()
+
+
+if __name__ == "__main__":
+    unittest.main()
