@@ -6,10 +6,22 @@ started are found through /proc and killed, whatever process group they are in.
 import os
 import secrets
 import signal
+import socket
 import subprocess
 import time
 
 TOKEN_VAR = "DDP_BENCH_TOKEN"
+# What a launcher sets for its workers: removed from a benchmark's own
+# environment, so that a run inside a launcher does not leak its layout.
+LAUNCHER_VARS = {"RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK", "GROUP_WORLD_SIZE",
+                 "ROLE_RANK", "ROLE_NAME", "ROLE_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"}
+
+
+def free_port():
+    """A TCP port free on the loopback now."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
 
 
 class BenchError(Exception):

@@ -41,7 +41,6 @@ import secrets
 import select
 import shutil
 import signal
-import socket
 import statistics
 import subprocess
 import sys
@@ -50,7 +49,7 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-from bench_runs import TOKEN_VAR, BenchError, kill_marked, marked_pids  # noqa: E402
+from bench_runs import LAUNCHER_VARS, TOKEN_VAR, BenchError, free_port, kill_marked, marked_pids  # noqa: E402
 REPO = os.path.dirname(os.path.dirname(HERE))
 SHIM = os.path.join(HERE, "torchrun_shim.py")
 TORCH_SCRIPT = os.path.join(REPO, "tests", "integration", "workers", "torch_ddp_fault.py")
@@ -63,14 +62,7 @@ DDP_REPORT_RE = re.compile(r"\] error: (?:rank (\d+) \(node \d+.*\bfailed\b|"
                            r"(?:stuck_collective|silent_rank|desync) detected: rank (\d+))")
 TORCH_REPORT_RE = re.compile(r"ChildFailedError")
 TORCH_ROOT_RANK_RE = re.compile(r"^\s*rank\s*:\s*(\d+)", re.M)
-SCRUB = {"RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK", "GROUP_WORLD_SIZE",
-         "ROLE_RANK", "ROLE_NAME", "ROLE_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"}
 
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def run_once(cmd, env, report_re, timeout):
@@ -219,7 +211,7 @@ def main(argv=None):
             print(f"fault_bench: {path} not found (build ddplaunch and ddptrain)", file=sys.stderr)
             return 1
     env = {k: v for k, v in os.environ.items()
-           if k not in SCRUB and not k.startswith(("PET_", "TORCHELASTIC_", "DDPLAUNCH_"))}
+           if k not in LAUNCHER_VARS and not k.startswith(("PET_", "TORCHELASTIC_", "DDPLAUNCH_"))}
     env.update(OMP_NUM_THREADS="1", PYTHONDONTWRITEBYTECODE="1", PYTHON_EXEC=PYTHON)
 
     def log(msg):

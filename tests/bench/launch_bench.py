@@ -34,7 +34,6 @@ import json
 import os
 import select
 import signal
-import socket
 import statistics
 import subprocess
 import sys
@@ -42,6 +41,8 @@ import tempfile
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+from bench_runs import free_port  # noqa: E402
 REPO_ROOT = os.path.dirname(os.path.dirname(HERE))
 SHIM = os.path.join(HERE, "torchrun_shim.py")
 
@@ -107,11 +108,6 @@ def ddplaunch_launcher(binary):
     return Launcher("ddplaunch", [binary], lambda o: "--" + o.replace("_", "-"),
                     teardown_exit=128 + signal.SIGKILL)
 
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 # ---------------------------------------------------- process bookkeeping

@@ -124,6 +124,17 @@ class BenchmarkSmokeTest(unittest.TestCase):
         # A hang is reported after the hang timeout, not before it.
         self.assertGreaterEqual(rows[("ddplaunch", "hang")]["median_s"], 2.0)
 
+    def test_node_loss_bench(self):
+        res = self.bench("node_loss_bench.py", "--repeat", 1, "--last-call", 2, "--warm-steps", 10, "--steps", 100,
+                         "--json", timeout=300)
+        doc = json_document(res)
+        for side in ("ddplaunch", "torchrun"):
+            [run] = doc["runs"][side]
+            self.assertTrue(run["ok"], run)
+            self.assertGreater(run["resumed_s"], 0, side)
+            self.assertEqual(doc["medians_s"][side], run["resumed_s"], side)
+        self.assertIn("ratio ddplaunch/torchrun", res.stdout)
+
     def test_companion_bench(self):
         res = self.bench("companion_bench.py", "--repeat", 1, "--steps", 200, "--widths", "32",
                          "--heartbeat-interval", "0.1", "--json", timeout=180)

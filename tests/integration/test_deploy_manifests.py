@@ -351,8 +351,8 @@ class SlurmBatchScript(unittest.TestCase):
                              capture_output=True, text=True, timeout=TOOL_TIMEOUT)
         self.assertEqual(res.returncode, 0, res.stdout + res.stderr)
 
-    def run_script(self, tmp, *args):
-        """Runs the batch script with srun and ddplaunch replaced by recorders."""
+    def run_script(self, tmp, *args, ddplaunch_exit=0):
+        """Runs the batch script with srun, ddplaunch and scontrol replaced by recorders."""
         bindir, out = tmp / "bin", tmp / "out"
         bindir.mkdir(exist_ok=True)
         out.mkdir(exist_ok=True)
@@ -364,15 +364,19 @@ class SlurmBatchScript(unittest.TestCase):
             "#!/bin/bash\n"
             'printf "%s\\n" "$@" > "$FAKE_OUT/ddplaunch.args"\n'
             'printf "%s" "$DDPLAUNCH_TOKEN" > "$FAKE_OUT/token"\n'
-            'umask > "$FAKE_OUT/umask"\n')
-        for f in (srun, ddplaunch):
+            'umask > "$FAKE_OUT/umask"\n'
+            'exit "${FAKE_DDPLAUNCH_EXIT:-0}"\n')
+        scontrol = bindir / "scontrol"
+        scontrol.write_text('#!/bin/bash\nprintf "%s\\n" "$@" > "$FAKE_OUT/scontrol.args"\n')
+        for f in (srun, ddplaunch, scontrol):
             f.chmod(0o755)
         env = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM_", "DDP", "PET_"))}
         env.update(PATH=f"{bindir}:{os.environ.get('PATH', '/usr/bin:/bin')}", FAKE_OUT=str(out),
-                   SLURM_JOB_ID="4242", SLURM_SUBMIT_DIR=str(tmp), SLURM_CPUS_PER_TASK="16")
+                   SLURM_JOB_ID="4242", SLURM_SUBMIT_DIR=str(tmp), SLURM_CPUS_PER_TASK="16",
+                   FAKE_DDPLAUNCH_EXIT=str(ddplaunch_exit))
         res = subprocess.run(["bash", str(SBATCH), *args], env=env, cwd=tmp,
                              capture_output=True, text=True, timeout=TOOL_TIMEOUT)
-        self.assertEqual(res.returncode, 0, res.stdout + res.stderr)
+        self.assertEqual(res.returncode, ddplaunch_exit, res.stdout + res.stderr)
         read = lambda name: (out / name).read_text()
         return read("srun.args").splitlines(), read("ddplaunch.args").splitlines(), read("token"), read("umask")
 
@@ -395,6 +399,20 @@ class SlurmBatchScript(unittest.TestCase):
             self.assertEqual(umask.strip(), "0077")
             _, _, token2, _ = self.run_script(tmp)
             self.assertNotEqual(token, token2, "each job must get its own token")
+
+    def test_a_stop_at_a_step_boundary_requeues_the_job(self):
+        with tempfile.TemporaryDirectory(prefix="ddp-sbatch-") as d:
+            tmp = Path(d)
+            _, args, _, _ = self.run_script(tmp, ddplaunch_exit=75)
+            self.assertTrue(any(re.fullmatch(r"--stop-timeout=\d+", a) for a in args), args)
+            self.assertEqual((tmp / "out" / "scontrol.args").read_text().split(), ["requeue", "4242"])
+            self.assertRegex(SBATCH.read_text(), r"(?m)^#SBATCH --signal=TERM@\d+$")
+            self.assertRegex(SBATCH.read_text(), r"(?m)^#SBATCH --requeue$")
+            # A failure is no reason to requeue.
+            self.run_script(tmp, ddplaunch_exit=1)
+            (tmp / "out" / "scontrol.args").unlink()
+            self.run_script(tmp, ddplaunch_exit=3)
+            self.assertFalse((tmp / "out" / "scontrol.args").exists())
 
     def test_script_arguments_replace_the_example_program(self):
         with tempfile.TemporaryDirectory(prefix="ddp-sbatch-") as d:

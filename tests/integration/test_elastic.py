@@ -6,11 +6,13 @@ compared with an uninterrupted run of the same global batch.
 """
 
 import json
+import re
 import signal
 import unittest
 
 from launcher_harness import PYTHON, wait_until
-from multinode_harness import MultiNodeTestCase
+from multinode_harness import EXIT_RDZV, MultiNodeTestCase
+from netns_harness import NetnsTestCase, ip
 from test_ddptrain import DDPTRAIN, TORCH_OK, DdptrainCase, checkpoint_steps
 
 # Fast failure detection, and a short wait for more nodes once MIN have joined.
@@ -83,6 +85,86 @@ class ElasticTrainingTest(MultiNodeTestCase, DdptrainCase):
         self.assertIn("continuing on 3 with the same global batch 12", results[0].out, desc)
         (row,) = self.compare((final, ref))
         self.assert_close(row, 1e-10, "2 ranks, a third node joins, then 3 ranks vs 2 ranks throughout")
+        self.assert_no_leftovers()
+
+
+@unittest.skipUnless(TORCH_OK, "PYTHON_EXEC cannot import torch (needed to compare parameters)")
+class PartitionedNodeTest(NetnsTestCase, DdptrainCase):
+    """Three nodes in three network namespaces; node 2's link goes down mid-run."""
+
+    NODES = 3
+
+    def test_a_partitioned_node_is_lost_and_the_survivors_finish_with_the_same_parameters(self):
+        ref = self.tmp / "uninterrupted.pt"
+        self.train(2, *TRAIN, "--save-final", ref, timeout=120)
+        ck, final = self.tmp / "ck", self.tmp / "final.pt"
+        program = [DDPTRAIN, *map(str, TRAIN), "--checkpoint-dir", str(ck), "--checkpoint-every", "50",
+                   "--save-final", str(final)]
+        launches = [self.start_node(k, "2:3", 1, program, conf=CONF, extra=["--shutdown-grace=2"],
+                                    env_extra={"GLOO_SOCKET_IFNAME": self.ifname[k], "OMP_NUM_THREADS": "1"})
+                    for k in range(3)]
+        if not wait_until(lambda: max(checkpoint_steps(ck), default=0) >= 100, 60):
+            self.fail("no checkpoint of step >= 100 within 60 s"
+                      + self.describe_all([self.current_output(l) for l in launches]))
+        r = ip("-n", self.ns[2], "link", "set", self.ifname[2], "down")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        results = self.finish_all(launches, timeout=120)
+        desc = self.describe_all(results)
+        # The cut-off node loses the coordinator; the other two re-form without it.
+        self.assertEqual([r.rc for r in results], [0, 0, EXIT_RDZV], desc)
+        self.assertRegex(results[0].err, r"node 2 \(\S+\) went silent", desc)
+        self.assertIn("continuing on 2 with the same global batch 12", results[0].out, desc)
+        (row,) = self.compare((final, ref))
+        self.assert_close(row, 1e-10, "3 ranks, one node cut off, then 2 ranks vs 2 ranks throughout")
+        self.assert_no_leftovers()
+
+
+@unittest.skipUnless(TORCH_OK, "PYTHON_EXEC cannot import torch (needed to compare parameters)")
+class MultiNodePreemptionTest(MultiNodeTestCase, DdptrainCase):
+    """SIGTERM to one agent of two (Slurm's --signal on one node): every rank of the job
+    stops after the same step, the job exits 75 on both nodes and resumes from there."""
+
+    ARGS = ("--batch-size", 8, "--momentum", 0.9, "--samples", 512, "--mlp-sizes", "32,1024,1024,10",
+            "--log-every", 0, "--steps", 1500)
+
+    def agents(self, ck, final=None):
+        program = [DDPTRAIN, *map(str, self.ARGS), "--checkpoint-dir", str(ck), "--checkpoint-every", "100"]
+        if final:
+            program += ["--save-final", str(final)]
+        return [self.start_agent(2, 1, program, node_rank=r, conf="heartbeat_interval=0.5",
+                                 env_extra=self.train_env(), extra=["--heartbeat-interval=0.2", "--stop-timeout=60"])
+                for r in range(2)]
+
+    def test_sigterm_to_one_node_stops_every_rank_at_one_step_and_the_job_resumes_there(self):
+        ref = self.tmp / "uninterrupted.pt"
+        self.train(2, *self.ARGS, "--save-final", ref, timeout=120)
+        ck = self.tmp / "ck"
+        launches = self.agents(ck)
+        if not wait_until(lambda: max(checkpoint_steps(ck), default=0) >= 200, 60):
+            self.fail("no checkpoint at step 200 within 60 s"
+                      + self.describe_all([self.current_output(l) for l in launches]))
+        self.signal_launch(launches[1], signal.SIGTERM)
+        results = self.finish_all(launches, timeout=90)
+        desc = self.describe_all(results)
+        self.assertEqual([r.rc for r in results], [75, 75], desc)
+        m = re.search(r"ddptrain: stopping after step (\d+) of 1500 as ddplaunch asked \(checkpoint written\)",
+                      results[0].out)
+        self.assertIsNotNone(m, desc)
+        stopped_at = int(m.group(1))
+        self.assertEqual(max(checkpoint_steps(ck)), stopped_at, desc)
+        for r in results:  # both nodes asked their ranks for the step the coordinator chose
+            self.assertIn(f"SIGTERM to ddplaunch on node 1 (", r.err, desc)
+            self.assertIn(f"asking the ranks to stop once they have completed step {stopped_at} and exit", r.err,
+                          desc)
+            self.assertNotIn("did not all stop", r.err, desc)
+
+        final = self.tmp / "resumed.pt"
+        again = self.finish_all(self.agents(ck, final), timeout=120)
+        desc = self.describe_all(again)
+        self.assertEqual([r.rc for r in again], [0, 0], desc)
+        self.assertIn(f"(step {stopped_at})", again[0].out, desc)
+        (row,) = self.compare((final, ref))
+        self.assert_bitwise(row, f"stopped after step {stopped_at} on both nodes, resumed")
         self.assert_no_leftovers()
 
 

@@ -1210,6 +1210,68 @@ TEST_F(MembershipTest, ALostNodeShrinksTheJobWithoutUsingARestartAndTheSurvivors
   EXPECT_NE(status["departed"][0].get<std::string>().find("node 2 (host-2) went silent"), std::string::npos);
 }
 
+TEST_F(MembershipTest, WhileTheGenerationStopsASilentNodeIsLostAfterThreeOfItsHeartbeatGaps) {
+  make_elastic(2, 3);
+  JobConfig config = job().config();
+  config.node_timeout = 15s;
+  h = std::make_shared<Harness>(config);
+  form({host(0), host(1), host(2)}, 0);
+  for (int i = 0; i < 3; ++i) {  // every node beats once a second
+    clock().advance(1s);
+    for (int node = 0; node < 3; ++node) heartbeat(node, 0);
+  }
+  // Node 2 dies; node 1's rank fails at once (its peer vanished); node 0 is stopped.
+  EXPECT_TRUE(report(0, 1, 1, false, 1, "rank 1 failed: exit code 1").ok());
+  EXPECT_TRUE(report(0, 0, 0, true).ok());
+  clock().advance(2900ms);
+  job().tick();
+  EXPECT_EQ(job().current_view().generation, 0);  // 2.9 s: not yet
+  clock().advance(200ms);
+  job().tick();
+  const GenerationView v = job().current_view();
+  EXPECT_EQ(v.generation, 1);  // 3.1 s of silence, not node_timeout's 15 s
+  EXPECT_EQ(nlohmann::json::parse(job().status_json())["membership_changes"], 1);
+}
+
+TEST_F(MembershipTest, APreemptedNodeStopsEveryRankOfTheJobAtOneStepAndTheJobEndsForARequeue) {
+  make(2, 1, /*max_restarts=*/3, 15s);
+  form_world();
+  for (int rank = 0; rank < 2; ++rank) {
+    RankReport r;
+    r.rank = rank;
+    r.step = 100 + rank;
+    r.step_seconds = 0.1;
+    int64_t current = 0;
+    ASSERT_TRUE(job().heartbeat(rank, 0, current, {{r, 0s}}).ok());
+  }
+  std::optional<JobStop> heard;
+  int64_t current = 0;
+  ASSERT_TRUE(job().heartbeat(0, 0, current, {}, nullptr, {}, &heard).ok());
+  EXPECT_FALSE(heard.has_value());
+  JobStop stop;
+  ASSERT_TRUE(job().request_stop(1, 0, "SIGTERM to ddplaunch on node 1", 60s, stop).ok());
+  // Rank 1 began step 101; four 1 s heartbeat intervals at 0.1 s a step, plus one.
+  ASSERT_TRUE(stop.stop_at_step.has_value());
+  EXPECT_EQ(*stop.stop_at_step, 102 + 40 + 1);
+  EXPECT_EQ(stop.stop_timeout, 60s);
+  // Node 0 hears the same with its next heartbeat; a second request changes nothing.
+  ASSERT_TRUE(job().heartbeat(0, 0, current, {}, nullptr, {}, &heard).ok());
+  ASSERT_TRUE(heard.has_value());
+  EXPECT_EQ(heard->stop_at_step, stop.stop_at_step);
+  EXPECT_EQ(heard->reason, "SIGTERM to ddplaunch on node 1");
+  JobStop again;
+  ASSERT_TRUE(job().request_stop(0, 0, "SIGTERM to ddplaunch on node 0", 5s, again).ok());
+  EXPECT_EQ(again.stop_at_step, stop.stop_at_step);
+  EXPECT_EQ(nlohmann::json::parse(job().status_json())["stop_requested"]["stop_at_step"], 143);
+  // Node 1's ranks stop first: node 0's must still reach the step, so nothing stops them.
+  auto watcher = watch_as(0, 0, GenerationState::kRunning);
+  EXPECT_TRUE(report(0, 1, exit_code::kRequeue).ok());
+  EXPECT_EQ(watcher->calls, 0);
+  EXPECT_TRUE(report(0, 0, exit_code::kRequeue).ok());
+  ASSERT_TRUE(job().finished());
+  EXPECT_EQ(job().current_view().exit_code, exit_code::kRequeue);  // not a restart, whatever the budget
+}
+
 TEST_F(MembershipTest, ALostNodeOfAFixedSizeJobStillEndsIt) {
   make(2, 1, 0, 5s);
   form_world();

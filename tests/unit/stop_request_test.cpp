@@ -2,6 +2,7 @@
 // --stop-timeout (job/stop_request.h): the step every rank stops after, and
 // the file they read.
 #include "job/stop_request.h"
+#include "membership/job_stop.h"
 
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
@@ -16,29 +17,29 @@ namespace {
 
 using namespace std::chrono_literals;
 
-ForwardedReport report(int rank, int64_t step, double step_seconds) {
-  ForwardedReport f;
-  f.report.rank = rank;
-  f.report.step = step;
-  f.report.step_seconds = step_seconds;
-  return f;
+RankReport report(int rank, int64_t step, double step_seconds) {
+  RankReport r;
+  r.rank = rank;
+  r.step = step;
+  r.step_seconds = step_seconds;
+  return r;
 }
 
 TEST(ChooseStopStep, BeyondAnyStepARankCanReachBeforeItReadsTheRequest) {
-  // Rank 1 is furthest (step 40 begun); at 10 ms a step, two 1 s heartbeat
-  // intervals are 200 steps it may have gone on meanwhile.
-  EXPECT_EQ(choose_stop_step({report(0, 39, 0.010), report(1, 40, 0.010)}, 1s), 41 + 200 + 1);
+  // Rank 1 is furthest (step 40 begun); at 10 ms a step, a lag of 2 s is 200
+  // steps it may have gone on meanwhile.
+  EXPECT_EQ(choose_stop_step({report(0, 39, 0.010), report(1, 40, 0.010)}, 2s), 41 + 200 + 1);
   // The fastest step time counts: ranks in lock-step move at the same pace.
-  EXPECT_EQ(choose_stop_step({report(0, 10, 0.5), report(1, 10, 0.25)}, 1s), 11 + 8 + 1);
+  EXPECT_EQ(choose_stop_step({report(0, 10, 0.5), report(1, 10, 0.25)}, 2s), 11 + 8 + 1);
   // Slow steps: one more than the furthest, and one for the step in progress.
-  EXPECT_EQ(choose_stop_step({report(0, 10, 60.0)}, 1s), 11 + 1 + 1);
+  EXPECT_EQ(choose_stop_step({report(0, 10, 60.0)}, 2s), 11 + 1 + 1);
   // No step time yet: two steps of margin.
-  EXPECT_EQ(choose_stop_step({report(0, 0, 0)}, 1s), 1 + 2 + 1);
+  EXPECT_EQ(choose_stop_step({report(0, 0, 0)}, 2s), 1 + 2 + 1);
 }
 
 TEST(ChooseStopStep, NoneWhenNoRankReportsSteps) {
-  EXPECT_EQ(choose_stop_step({}, 1s), std::nullopt);
-  EXPECT_EQ(choose_stop_step({report(0, -1, 0), report(1, -1, 0)}, 1s), std::nullopt);
+  EXPECT_EQ(choose_stop_step({}, 2s), std::nullopt);
+  EXPECT_EQ(choose_stop_step({report(0, -1, 0), report(1, -1, 0)}, 2s), std::nullopt);
 }
 
 TEST(StopRequestFile, IsWrittenWholeAsJson) {

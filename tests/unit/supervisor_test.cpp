@@ -138,6 +138,23 @@ TEST_F(SupervisorTest, SigtermWithAStopTimeoutLetsTheWorkersStopOnTheirOwn) {
   EXPECT_TRUE(listener.stop_timeouts.empty());
 }
 
+TEST_F(SupervisorTest, ADrainAskedByAnotherNodeLetsTheWorkersStopOnTheirOwnWithoutASignal) {
+  Supervisor s = make(2, 3);  // no stop timeout of its own: the requesting node's counts
+  s.start();
+  s.drain(20s);
+  EXPECT_TRUE(spawner.signals.empty());
+  EXPECT_EQ(listener.stop_requests, (std::vector<std::pair<int, int>>{{0, 0}}));
+  ASSERT_TRUE(s.next_deadline().has_value());
+  EXPECT_EQ(*s.next_deadline(), clock.now() + 20s);
+  s.drain(20s);  // heard again: nothing new
+  EXPECT_EQ(listener.stop_requests.size(), 1u);
+  s.on_child_exit(pid_of(s, 0), ExitStatus::exited(0));
+  s.on_child_exit(pid_of(s, 1), ExitStatus::exited(0));
+  ASSERT_TRUE(s.finished());
+  EXPECT_EQ(s.exit_code(), 75);
+  EXPECT_EQ(s.stop_signal(), 0);
+}
+
 TEST_F(SupervisorTest, WorkersThatDoNotStopInTimeAreSignalledAsForAnyStop) {
   Supervisor s = make(2, 0, 30s);
   s.start();

@@ -105,6 +105,10 @@ std::string AgentSession::stop_report_json() const {
 
 void AgentSession::start_threads(int64_t generation) {
   threads_stop_ = false;
+  {
+    std::lock_guard<std::mutex> lock(reason_mutex_);
+    job_stop_.reset();  // a stop belongs to one generation
+  }
   health_.clear();  // the previous generation's workers are gone
   heartbeat_thread_ = std::thread([this, generation] { heartbeat_loop(generation); });
   watch_thread_ = std::thread([this, generation] { watch_loop(generation); });
@@ -143,10 +147,12 @@ void AgentSession::heartbeat_loop(int64_t generation) {
       stacks_waiting_ = false;
     }
     std::vector<int> dump_ranks;
+    std::optional<JobStop> stop;
     const Status s = client_.heartbeat(assignment_.node_rank, generation,
                                        std::min<Duration>(settings_.heartbeat_interval, 5s), health_.latest(), &dump_ranks,
-                                       health_.take_stacks());
+                                       health_.take_stacks(), &stop);
     if (!dump_ranks.empty()) health_.request_stack_dumps(dump_ranks);
+    if (stop) note_job_stop(*stop);
     const auto now = std::chrono::steady_clock::now();
     if (s.ok()) {
       last_ok = now;
@@ -194,6 +200,34 @@ void AgentSession::watch_loop(int64_t generation) {
   }
 }
 
+void AgentSession::note_job_stop(const JobStop& stop) {
+  {
+    std::lock_guard<std::mutex> lock(reason_mutex_);
+    if (job_stop_) return;
+    job_stop_ = stop;
+  }
+  const uint64_t one = 1;
+  [[maybe_unused]] ssize_t n = write(wakeup_fd_, &one, sizeof one);
+}
+
+std::optional<JobStop> AgentSession::job_stop() const {
+  std::lock_guard<std::mutex> lock(reason_mutex_);
+  return job_stop_;
+}
+
+std::optional<JobStop> AgentSession::request_job_stop(const std::string& reason, Duration stop_timeout) {
+  JobStop stop;
+  const Status s = client_.request_stop(assignment_.node_rank, assignment_.generation, reason, stop_timeout, 3s, stop);
+  if (!s.ok()) {
+    spdlog::warn("could not ask the coordinator to stop the whole job ({}): this node's ranks choose the step alone",
+                 s.message());
+    return std::nullopt;
+  }
+  std::lock_guard<std::mutex> lock(reason_mutex_);
+  if (!job_stop_) job_stop_ = stop;
+  return stop;
+}
+
 NodeOutcome AgentSession::outcome_of(const AttemptSummary& summary) const {
   NodeOutcome o;
   o.node_rank = assignment_.node_rank;
@@ -206,8 +240,11 @@ NodeOutcome AgentSession::outcome_of(const AttemptSummary& summary) const {
                                 w.local_rank, w.pid, w.exit->describe());
   } else if (summary.drained) {
     o.exit_code = exit_code::kRequeue;
-    o.description = fmt::format("ddplaunch on node {} received {}: every rank stopped at a step boundary",
-                                assignment_.node_rank, signal_name(summary.stop_signal));
+    o.description = summary.stop_signal != 0
+                        ? fmt::format("ddplaunch on node {} received {}: every rank stopped at a step boundary",
+                                      assignment_.node_rank, signal_name(summary.stop_signal))
+                        : fmt::format("the ranks of node {} stopped at a step boundary: {}", assignment_.node_rank,
+                                      job_stop() ? job_stop()->reason : std::string("the job was asked to stop"));
   } else if (summary.stop_signal != 0) {
     o.exit_code = exit_code::for_signal(summary.stop_signal);
     o.description = fmt::format("ddplaunch on node {} received {}", assignment_.node_rank,
@@ -241,8 +278,7 @@ Verdict AgentSession::conclude(const AttemptSummary& summary) {
     std::this_thread::sleep_for(200ms);
   }
   if (!s.ok()) spdlog::warn("could not report this node's outcome: {}", s.message());
-  if (summary.drained) return Verdict::finish(exit_code::kRequeue);
-  if (summary.stop_signal != 0) return Verdict::finish(exit_code::for_signal(summary.stop_signal));
+  if (summary.stop_signal != 0 && !summary.drained) return Verdict::finish(exit_code::for_signal(summary.stop_signal));
   return await_verdict(generation);
 }
 

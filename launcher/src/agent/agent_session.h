@@ -67,6 +67,15 @@ class AgentSession final : public AttemptArbiter {
   /// The hang or desync report (JSON) behind the stop, when that was the cause.
   std::string stop_report_json() const;
 
+  /// Preemption of this node: asks the coordinator to stop every rank of the
+  /// job at one step (event-loop thread; bounded). nullopt when it could not
+  /// be asked.
+  std::optional<JobStop> request_job_stop(const std::string& reason, Duration stop_timeout);
+  /// The job-wide stop, once the coordinator has said there is one (through
+  /// request_job_stop, or the heartbeats: another node was preempted; the
+  /// event loop is then woken through the eventfd).
+  std::optional<JobStop> job_stop() const;
+
   Verdict conclude(const AttemptSummary& summary) override;
 
   const Assignment& assignment() const { return assignment_; }
@@ -78,6 +87,8 @@ class AgentSession final : public AttemptArbiter {
   void heartbeat_loop(int64_t generation);
   void watch_loop(int64_t generation);
   void request_stop(const std::string& reason);
+  /// Keeps the job-wide stop heard with a heartbeat and wakes the event loop.
+  void note_job_stop(const JobStop& stop);
   NodeOutcome outcome_of(const AttemptSummary& summary) const;
   Verdict await_verdict(int64_t generation);
 
@@ -96,6 +107,7 @@ class AgentSession final : public AttemptArbiter {
   mutable std::mutex reason_mutex_;
   std::string stop_reason_;
   std::string stop_report_json_;
+  std::optional<JobStop> job_stop_;  // under reason_mutex_
   std::mutex watch_mutex_;
   grpc::ClientContext* watch_call_ = nullptr;  // the watch thread's poll in flight, to cancel it
   std::thread heartbeat_thread_;

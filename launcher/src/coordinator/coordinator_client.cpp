@@ -1,4 +1,5 @@
 #include "coordinator/coordinator_client.h"
+#include "coordinator/job_stop_proto.h"
 
 #include "health/heartbeat_proto.h"
 #include "stacks/rank_stacks_proto.h"
@@ -184,7 +185,7 @@ Status CoordinatorClient::join(const JoinParams& p, int max_restarts, Duration t
 
 Status CoordinatorClient::heartbeat(int node_rank, int64_t generation, Duration timeout,
                                      const std::vector<ForwardedReport>& workers, std::vector<int>* dump_ranks,
-                                     const std::vector<RankStacks>& stacks) {
+                                     const std::vector<RankStacks>& stacks, std::optional<JobStop>* stop) {
   pb::AgentHeartbeatRequest req;
   authorize(req.mutable_auth());
   req.set_node_rank(node_rank);
@@ -199,6 +200,23 @@ Status CoordinatorClient::heartbeat(int node_rank, int64_t generation, Duration 
   set_deadline(ctx, timeout);
   const Status s = from_grpc(stub_->AgentHeartbeat(&ctx, req, &reply));
   if (dump_ranks) dump_ranks->assign(reply.dump_stack_ranks().begin(), reply.dump_stack_ranks().end());
+  if (stop && s.ok() && reply.has_stop()) *stop = from_proto(reply.stop());
+  return s;
+}
+
+Status CoordinatorClient::request_stop(int node_rank, int64_t generation, const std::string& reason,
+                                       Duration stop_timeout, Duration timeout, JobStop& stop) {
+  pb::StopRequest req;
+  authorize(req.mutable_auth());
+  req.set_node_rank(node_rank);
+  req.set_generation(generation);
+  req.set_reason(reason);
+  req.set_stop_timeout_ms(to_ms(stop_timeout));
+  pb::StopReply reply;
+  grpc::ClientContext ctx;
+  set_deadline(ctx, timeout);
+  const Status s = from_grpc(stub_->RequestStop(&ctx, req, &reply));
+  if (s.ok()) stop = from_proto(reply.stop());
   return s;
 }
 

@@ -41,8 +41,14 @@ class CoordinatorClient {
   /// workers: the node's latest worker heartbeats; dump_ranks (optional)
   /// gets the ranks the coordinator asks to dump their stacks; stacks: the
   /// workers' answers since the last heartbeat.
+  /// stop (optional) gets the job-wide stop at a step boundary, once there is one.
   Status heartbeat(int node_rank, int64_t generation, Duration timeout, const std::vector<ForwardedReport>& workers = {},
-                   std::vector<int>* dump_ranks = nullptr, const std::vector<RankStacks>& stacks = {});
+                   std::vector<int>* dump_ranks = nullptr, const std::vector<RankStacks>& stacks = {},
+                   std::optional<JobStop>* stop = nullptr);
+  /// Preemption: asks that every rank of the job stop at one step boundary
+  /// (CoordinatorJob::request_stop); stop gets where.
+  Status request_stop(int node_rank, int64_t generation, const std::string& reason, Duration stop_timeout,
+                      Duration timeout, JobStop& stop);
   /// The job's health view as JSON (CoordinatorJob::status_json).
   Status status(Duration timeout, std::string& json);
   /// Every rank's stacks now, merged (CoordinatorJob::collect_stacks); the

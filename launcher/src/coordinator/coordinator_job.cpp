@@ -111,9 +111,11 @@ void CoordinatorJob::on_world_formed() {
   state_ = GenerationState::kRunning;
   outcomes_.assign(static_cast<size_t>(world_nnodes_), std::nullopt);
   last_heartbeat_.assign(static_cast<size_t>(world_nnodes_), clock_.now());
+  heartbeat_gap_.assign(static_cast<size_t>(world_nnodes_), Duration::zero());
   told_finished_.assign(static_cast<size_t>(world_nnodes_), false);
   root_cause_.reset();
   membership_stop_.clear();
+  job_stop_.reset();
   health_.reset(rendezvous_.nnodes() * rendezvous_.nproc());
   pending_hang_.reset();
   hang_stacks_.reset();
@@ -122,14 +124,17 @@ void CoordinatorJob::on_world_formed() {
 
 Status CoordinatorJob::heartbeat(int node_rank, int64_t generation, int64_t& current,
                                  const std::vector<ForwardedReport>& workers, std::vector<int>* dump_ranks,
-                                 std::vector<RankStacks> stacks) {
+                                 std::vector<RankStacks> stacks, std::optional<JobStop>* stop) {
   std::lock_guard<std::mutex> lock(mutex_);
   current = generation_;
   if (node_rank < 0 || node_rank >= config_.nnodes) {
     return {StatusCode::kInvalidArgument, fmt::format("node rank {} outside 0..{}", node_rank, config_.nnodes - 1)};
   }
   if (generation != generation_ || !world_formed_ || node_rank >= world_nnodes_) return Status::Ok();
-  last_heartbeat_[static_cast<size_t>(node_rank)] = clock_.now();
+  if (stop) *stop = job_stop_;
+  const auto n = static_cast<size_t>(node_rank);
+  heartbeat_gap_[n] = std::max(heartbeat_gap_[n], clock_.now() - last_heartbeat_[n]);
+  last_heartbeat_[n] = clock_.now();
   for (const ForwardedReport& w : workers) {
     if (w.report.rank < 0 || w.report.rank >= rendezvous_.nnodes() * rendezvous_.nproc()) continue;
     health_.on_report(w.report, w.held);
@@ -149,6 +154,30 @@ Status CoordinatorJob::heartbeat(int node_rank, int64_t generation, int64_t& cur
     }
     for (const RankStacks& s : stacks) c->on_answer(s);
   }
+  return Status::Ok();
+}
+
+Status CoordinatorJob::request_stop(int node_rank, int64_t generation, const std::string& reason,
+                                    Duration stop_timeout, JobStop& stop) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (generation != generation_ || !world_formed_ || state_ != GenerationState::kRunning) {
+    return {StatusCode::kFailedPrecondition, fmt::format("generation {} is not running", generation)};
+  }
+  if (!job_stop_) {
+    // Reports are up to a heartbeat interval old when they arrive, and the
+    // other agents hear of the stop with their next heartbeat: four
+    // intervals of steps past the furthest rank is beyond any rank's reach.
+    JobStop chosen;
+    chosen.stop_at_step = choose_stop_step(health_.latest_reports(), 4 * config_.heartbeat_interval);
+    chosen.reason = reason;
+    chosen.stop_timeout = stop_timeout;
+    spdlog::warn("job {}: node {} asks every rank to stop {} ({})", job_id_, node_rank,
+                 chosen.stop_at_step ? fmt::format("once it has completed step {}", *chosen.stop_at_step)
+                                     : std::string("at its next step boundary"),
+                 reason);
+    job_stop_ = std::move(chosen);
+  }
+  stop = *job_stop_;
   return Status::Ok();
 }
 
@@ -231,6 +260,10 @@ std::string CoordinatorJob::status_json() const {
   j["waiting_nodes"] = rendezvous_.waiting();
   j["departed"] = departed_;
   if (!membership_stop_.empty()) j["stopping_for"] = membership_stop_;
+  if (job_stop_) {
+    j["stop_requested"] = {{"reason", job_stop_->reason}};
+    if (job_stop_->stop_at_step) j["stop_requested"]["stop_at_step"] = *job_stop_->stop_at_step;
+  }
   return j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
 }
 
@@ -253,7 +286,11 @@ Status CoordinatorJob::report_outcome(int64_t generation, const NodeOutcome& out
 
 void CoordinatorJob::record_outcome(const NodeOutcome& outcome, Fired& fired) {
   outcomes_[static_cast<size_t>(outcome.node_rank)] = outcome;
-  const bool failed = !outcome.success && !outcome.stopped;
+  // A node whose ranks stopped at the agreed step (preemption) is no failure:
+  // the others must reach that step too, and write their checkpoints, before
+  // the job ends with it (generation_end.h).
+  const bool drained = outcome.exit_code == exit_code::kRequeue && job_stop_.has_value();
+  const bool failed = !outcome.success && !outcome.stopped && !drained;
   if (failed && !root_cause_) {
     root_cause_ = outcome;
     // Ranks that disagreed on a collective just before one failed: the
@@ -566,19 +603,7 @@ void CoordinatorJob::tick() {
     check_health(now, fired);
     grow_if_waiting(fired);
     finish_stack_requests(now, fired);
-    if (world_formed_ && (state_ == GenerationState::kRunning || state_ == GenerationState::kStopping)) {
-      for (int node = 0; node < world_nnodes_; ++node) {
-        const auto n = static_cast<size_t>(node);
-        if (outcomes_[n] || now - last_heartbeat_[n] < config_.node_timeout) continue;
-        NodeOutcome lost;
-        lost.node_rank = node;
-        lost.exit_code = exit_code::kNodeLost;
-        lost.description = fmt::format(
-            "node {} ({}) went silent: no agent heartbeat for {:.1f} s", node, rendezvous_.hosts()[n],
-            std::chrono::duration<double>(now - last_heartbeat_[n]).count());
-        record_outcome(lost, fired);
-      }
-    }
+    declare_silent_nodes(now, fired);
     auto expired = std::stable_partition(watches_.begin(), watches_.end(),
                                          [now](const Parked& p) { return p.deadline > now; });
     for (auto it = expired; it != watches_.end(); ++it) {
@@ -587,6 +612,29 @@ void CoordinatorJob::tick() {
     watches_.erase(expired, watches_.end());
   }
   fired.run();
+}
+
+void CoordinatorJob::declare_silent_nodes(SteadyTime now, Fired& fired) {
+  if (!world_formed_ || (state_ != GenerationState::kRunning && state_ != GenerationState::kStopping)) return;
+  for (int node = 0; node < world_nnodes_; ++node) {
+    const auto n = static_cast<size_t>(node);
+    if (outcomes_[n]) continue;
+    // While the generation stops, a live agent keeps heartbeating through its
+    // teardown: one silent for three of its longest heartbeat gaps is gone,
+    // and the survivors need not wait the whole node_timeout to re-form.
+    Duration limit = config_.node_timeout;
+    if (state_ == GenerationState::kStopping && heartbeat_gap_[n] > Duration::zero()) {
+      limit = std::clamp<Duration>(3 * heartbeat_gap_[n], std::chrono::seconds(1), config_.node_timeout);
+    }
+    if (now - last_heartbeat_[n] < limit) continue;
+    NodeOutcome lost;
+    lost.node_rank = node;
+    lost.exit_code = exit_code::kNodeLost;
+    lost.description = fmt::format("node {} ({}) went silent: no agent heartbeat for {:.1f} s", node,
+                                   rendezvous_.hosts()[n],
+                                   std::chrono::duration<double>(now - last_heartbeat_[n]).count());
+    record_outcome(lost, fired);
+  }
 }
 
 void CoordinatorJob::abort_all(const Status& status) {

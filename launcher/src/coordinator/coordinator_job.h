@@ -26,6 +26,7 @@
 #include "health/hang_detector.h"
 #include "health/rank_health.h"
 #include "membership/generation_end.h"
+#include "membership/job_stop.h"
 #include "membership/node_outcome.h"
 #include "stacks/stack_collection.h"
 
@@ -100,9 +101,18 @@ class CoordinatorJob {
   /// latest heartbeat of each of the node's workers, for the health view;
   /// dump_ranks gets the node's ranks asked to dump their stacks; stacks:
   /// the answers of the node's workers since its last heartbeat.
+  /// stop: the job-wide stop at a step boundary, once one was requested in
+  /// this generation (request_stop).
   Status heartbeat(int node_rank, int64_t generation, int64_t& current,
                    const std::vector<ForwardedReport>& workers = {}, std::vector<int>* dump_ranks = nullptr,
-                   std::vector<RankStacks> stacks = {});
+                   std::vector<RankStacks> stacks = {}, std::optional<JobStop>* stop = nullptr);
+  /// Preemption: node_rank's agent was asked to stop. Every rank of the job
+  /// is to stop after one step, chosen from the ranks' latest reports; every
+  /// agent hears it with its next heartbeat. A second request in the same
+  /// generation gets the first one's answer. The ranks exit 0 there, the
+  /// agents report kRequeue, and the job finishes with it.
+  Status request_stop(int node_rank, int64_t generation, const std::string& reason, Duration stop_timeout,
+                      JobStop& stop);
   /// Asks every rank for its stacks (delivered with the agents' heartbeats)
   /// and answers with their merge once all have answered or timeout passed.
   /// The job goes on running. Fails at once when no generation is running.
@@ -181,6 +191,8 @@ class CoordinatorJob {
   /// Every node reported: the decision of generation_end.h, carried out.
   void end_generation(Fired& fired);
   void check_health(SteadyTime now, Fired& fired);
+  /// A node silent for node_timeout (sooner while the generation stops) is lost.
+  void declare_silent_nodes(SteadyTime now, Fired& fired);
   /// Answers the stack collections asked for by `ddplaunch stacks` that are done.
   void finish_stack_requests(SteadyTime now, Fired& fired);
   /// Every 5 s while joins wait: who joined, who is missing (to the log).
@@ -202,8 +214,10 @@ class CoordinatorJob {
   std::map<std::string, std::string> nccl_ids_;  // by comm key, current generation
   std::vector<std::optional<NodeOutcome>> outcomes_;  // by node rank
   std::vector<SteadyTime> last_heartbeat_;            // by node rank
+  std::vector<Duration> heartbeat_gap_;               // by node rank: the longest gap between its heartbeats
   std::optional<NodeOutcome> root_cause_;
   std::string membership_stop_;  // why a healthy generation stops (a newcomer), else empty
+  std::optional<JobStop> job_stop_;  // preemption: where every rank stops (this generation)
   // Membership across generations.
   std::map<std::string, int> failure_streaks_;       // by member key
   std::map<std::string, std::string> excluded_;      // member key -> why

@@ -1,5 +1,6 @@
 #include "coordinator/coordinator_service.h"
 
+#include "coordinator/job_stop_proto.h"
 #include "health/heartbeat_proto.h"
 #include "stacks/rank_stacks_proto.h"
 
@@ -131,8 +132,11 @@ CoordinatorService::Reactor* CoordinatorService::AgentHeartbeat(Ctx* ctx, const 
     stacks.reserve(static_cast<size_t>(req->stacks_size()));
     for (const auto& s : req->stacks()) stacks.push_back(from_proto(s));
     std::vector<int> dump;
-    const Status s = job->heartbeat(req->node_rank(), req->generation(), current, workers, &dump, std::move(stacks));
+    std::optional<JobStop> stop;
+    const Status s =
+        job->heartbeat(req->node_rank(), req->generation(), current, workers, &dump, std::move(stacks), &stop);
     reply->set_generation(current);
+    if (stop) to_proto(*stop, *reply->mutable_stop());
     for (int r : dump) reply->add_dump_stack_ranks(r);
     finish(ctx, reactor, s, "AgentHeartbeat");
   }
@@ -176,6 +180,22 @@ CoordinatorService::Reactor* CoordinatorService::GetStacks(Ctx* ctx, const pb::S
       reply->set_json(json);
       finish(ctx, reactor, s, "GetStacks");
     });
+  }
+  return reactor;
+}
+
+CoordinatorService::Reactor* CoordinatorService::RequestStop(Ctx* ctx, const pb::StopRequest* req,
+                                                             pb::StopReply* reply) {
+  Reactor* reactor = ctx->DefaultReactor();
+  if (auto job = job_for(ctx, reactor, req->auth(), "RequestStop")) {
+    JobStop stop;
+    const Status s = job->request_stop(req->node_rank(), req->generation(),
+                                       req->reason().substr(0, Limits::kMaxKeyBytes),
+                                       std::chrono::milliseconds(std::clamp<int64_t>(req->stop_timeout_ms(), 0,
+                                                                                     int64_t{24} * 3600 * 1000)),
+                                       stop);
+    if (s.ok()) to_proto(stop, *reply->mutable_stop());
+    finish(ctx, reactor, s, "RequestStop");
   }
   return reactor;
 }

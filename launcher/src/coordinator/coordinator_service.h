@@ -34,6 +34,7 @@ class CoordinatorService final : public pb::Coordinator::CallbackService {
   Reactor* GetNcclId(Ctx* ctx, const pb::NcclIdRequest* req, pb::NcclIdReply* reply) override;
   Reactor* GetStatus(Ctx* ctx, const pb::StatusRequest* req, pb::StatusReply* reply) override;
   Reactor* GetStacks(Ctx* ctx, const pb::StacksRequest* req, pb::StacksReply* reply) override;
+  Reactor* RequestStop(Ctx* ctx, const pb::StopRequest* req, pb::StopReply* reply) override;
 
  private:
   /// The caller's job, or null after finishing the call with the refusal.

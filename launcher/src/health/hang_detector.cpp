@@ -205,6 +205,14 @@ bool HangDetector::any_monitored() const {
   return std::any_of(ranks_.begin(), ranks_.end(), [](const RankState& s) { return s.monitored; });
 }
 
+std::vector<RankReport> HangDetector::latest_reports() const {
+  std::vector<RankReport> reports;
+  for (const RankState& s : ranks_) {
+    if (s.monitored) reports.push_back(s.report);
+  }
+  return reports;
+}
+
 std::optional<HangVerdict> HangDetector::check() {
   if (verdict_) return std::nullopt;
   std::optional<HangVerdict> v = evaluate(clock_.now());

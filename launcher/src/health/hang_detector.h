@@ -115,6 +115,9 @@ class HangDetector {
   /// for ranks that never sent a heartbeat.
   nlohmann::json snapshot() const;
 
+  /// The last report of every rank that sent one in this generation.
+  std::vector<RankReport> latest_reports() const;
+
   /// Whether any rank has sent a heartbeat in this generation.
   bool any_monitored() const;
 

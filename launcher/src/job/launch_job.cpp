@@ -25,6 +25,7 @@
 #include "companion/companion_install.h"
 #include "exit_codes.h"
 #include "job/stop_request.h"
+#include "membership/job_stop.h"
 #include "coordinator/coordinator_server.h"
 #include "job/event_loop.h"
 #include "job/worker_env.h"
@@ -166,11 +167,13 @@ NodeDefaults worker_defaults_of_this_node(const std::vector<std::string>& base_e
 // failure reports.
 class JobListener final : public SupervisorListener {
  public:
-  JobListener(const LaunchPlan& plan, OutputRouter& router, EventLoop& loop, WorkerHealthBoard& health)
+  JobListener(const LaunchPlan& plan, OutputRouter& router, EventLoop& loop, WorkerHealthBoard& health,
+              AgentSession& session)
       : plan_(plan),
         router_(router),
         loop_(loop),
         health_(health),
+        session_(session),
         oom_(OomProbe::for_current_process()),
         host_(this_host_name()) {}
 
@@ -242,9 +245,27 @@ class JobListener final : public SupervisorListener {
   }
 
   void on_stop_requested(int attempt, int signo) override {
+    // Every rank of the job stops after the same step: the coordinator
+    // chooses it for all nodes (this node asks when it was signalled; the
+    // others heard it with their heartbeats). Without the coordinator this
+    // node's ranks choose alone.
+    std::optional<JobStop> job =
+        signo != 0 ? session_.request_job_stop(fmt::format("{} to ddplaunch on node {} ({})", signal_name(signo),
+                                                           node_rank_, host_),
+                                               plan_.stop_timeout)
+                   : session_.job_stop();
     StopRequest request;
-    request.stop_at_step = choose_stop_step(health_.latest(), plan_.heartbeat_interval);
-    request.reason = fmt::format("{} to ddplaunch on {}", signal_name(signo), host_);
+    if (job) {
+      request.stop_at_step = job->stop_at_step;
+      request.reason = job->reason;
+      stop_timeout_ = job->stop_timeout;
+    } else {
+      std::vector<RankReport> reports;
+      for (const ForwardedReport& f : health_.latest()) reports.push_back(f.report);
+      request.stop_at_step = choose_stop_step(reports, 2 * plan_.heartbeat_interval);
+      request.reason = fmt::format("{} to ddplaunch on {}", signal_name(signo), host_);
+      stop_timeout_ = plan_.stop_timeout;
+    }
     request.requested_at = std::chrono::system_clock::now();
     const fs::path path = attempt_dir(plan_, attempt) / kStopRequestFile;
     try {
@@ -255,15 +276,15 @@ class JobListener final : public SupervisorListener {
     }
     spdlog::warn("{}: asking the ranks to stop {} and exit (they have {:.0f} s, then they are signalled); "
                  "request in {}",
-                 signal_name(signo),
+                 request.reason,
                  request.stop_at_step ? fmt::format("once they have completed step {}", *request.stop_at_step)
                                       : std::string("at their next step boundary"),
-                 std::chrono::duration<double>(plan_.stop_timeout).count(), path.string());
+                 std::chrono::duration<double>(stop_timeout_).count(), path.string());
   }
 
   void on_stop_timed_out(int /*attempt*/) override {
-    spdlog::warn("the ranks did not all stop within --stop-timeout {:.0f} s: stopping them",
-                 std::chrono::duration<double>(plan_.stop_timeout).count());
+    spdlog::warn("the ranks did not all stop within the stop timeout of {:.0f} s: stopping them",
+                 std::chrono::duration<double>(stop_timeout_).count());
   }
 
   /// torchrun's "Root Cause" block for the last attempt, when one of this
@@ -368,6 +389,8 @@ class JobListener final : public SupervisorListener {
   OutputRouter& router_;
   EventLoop& loop_;
   WorkerHealthBoard& health_;  // who to describe when a rank cannot send its stacks
+  AgentSession& session_;      // the job-wide stop at a step boundary
+  Duration stop_timeout_{};    // of the stop now under way
   OomProbe oom_;
   std::optional<uint64_t> oom_kills_at_start_;
   nlohmann::json failures_ = nlohmann::json::array();
@@ -503,11 +526,6 @@ int run_launch(const LaunchPlan& plan, OrphanSentinel* sentinel) {
   spdlog::info("job {}: {} node(s) ({}), {} worker(s) here ({}), logs in {}", plan.job_id, node_count(plan),
                plan.topology_source, plan.nproc, plan.nproc_reason, plan.job_log_dir.string());
   for (const auto& note : plan.topology_notes) spdlog::info("  {}", note);
-  if (plan.stop_timeout > Duration::zero() && plan.nnodes > 1) {
-    spdlog::warn("--stop-timeout on a job of several nodes: each node that receives SIGTERM chooses the stop step "
-                 "from its own ranks, so ranks of different nodes may stop after different steps and wait for "
-                 "one another until the timeout");
-  }
   if (plan.min_nnodes < plan.nnodes) {
     spdlog::info("  elastic: starts with {} to {} node(s), the rendezvous waits {:.0f} s (last_call_timeout) for "
                  "more once {} have joined",
@@ -563,7 +581,7 @@ int run_launch(const LaunchPlan& plan, OrphanSentinel* sentinel) {
 
   OutputRouter router(std::max(plan.node_rank, 0), STDOUT_FILENO, STDERR_FILENO);
   EventLoop loop(router, SystemClock::instance());
-  JobListener listener(plan, router, loop, health);
+  JobListener listener(plan, router, loop, health, session);
   PosixSpawner spawner(sentinel);
   SupervisorConfig config;
   config.shutdown_grace = plan.shutdown_grace;
@@ -589,6 +607,8 @@ int run_launch(const LaunchPlan& plan, OrphanSentinel* sentinel) {
       spdlog::error("stopping this node's workers: {}", session.stop_reason());
       listener.set_stop_report(session.stop_report_json());
       s.stop_attempt();
+    } else if (const std::optional<JobStop> stop = session.job_stop()) {
+      s.drain(stop->stop_timeout);  // another node was preempted (no-op when already stopping)
     }
   });
 

@@ -10,22 +10,6 @@
 
 namespace ddp {
 
-std::optional<int64_t> choose_stop_step(const std::vector<ForwardedReport>& reports, Duration heartbeat_interval) {
-  std::optional<int64_t> most;
-  double fastest = 0;  // seconds; 0: no step time known
-  for (const ForwardedReport& f : reports) {
-    const RankReport& r = f.report;
-    if (r.step < 0) continue;
-    // The runtime reports the step it began; the companion the steps it completed.
-    most = std::max(most.value_or(0), r.step + 1);
-    if (r.step_seconds > 0 && (fastest == 0 || r.step_seconds < fastest)) fastest = r.step_seconds;
-  }
-  if (!most) return std::nullopt;
-  const double lag_s = 2 * std::chrono::duration<double>(heartbeat_interval).count();
-  const double ahead = fastest > 0 ? std::ceil(lag_s / fastest) : 2;
-  return *most + static_cast<int64_t>(std::min(ahead, 1e9)) + 1;
-}
-
 std::string stop_request_json(const StopRequest& request) {
   nlohmann::json j = {{"stop_at_step", nullptr}, {"reason", request.reason},
                       {"requested_at", format_iso8601(request.requested_at)}};

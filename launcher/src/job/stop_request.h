@@ -9,7 +9,7 @@
 // (S null: at its next step boundary). All ranks of a lock-step job must stop
 // at the same step, or those still going wait in a collective the others
 // never join; S is chosen beyond any step a rank can have reached when it
-// reads the file.
+// reads the file (membership/job_stop.h: by the coordinator, for every node).
 //
 // Threading: free functions, no shared state.
 
@@ -18,7 +18,7 @@
 #include <string>
 #include <vector>
 
-#include "coordinator/coordinator_job.h"
+#include "ddp/common/clock.h"
 
 namespace ddp {
 
@@ -27,12 +27,6 @@ struct StopRequest {
   std::string reason;
   WallTime requested_at{};
 };
-
-/// The step count at which every rank should stop: the most any rank has
-/// reached by its last heartbeat, plus the steps one can complete in two
-/// heartbeat intervals at the fastest step time reported (heartbeats lag),
-/// plus one. nullopt when no rank reports steps.
-std::optional<int64_t> choose_stop_step(const std::vector<ForwardedReport>& reports, Duration heartbeat_interval);
 
 std::string stop_request_json(const StopRequest& request);
 

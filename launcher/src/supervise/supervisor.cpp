@@ -124,6 +124,14 @@ void Supervisor::on_signal(int signo) {
   finish_attempt_if_done();
 }
 
+void Supervisor::drain(Duration timeout) {
+  if (finished_ || tearing_down_ || draining_) return;
+  draining_ = true;
+  drain_deadline_ = clock_.now() + timeout;
+  listener_.on_stop_requested(attempt_, 0);
+  finish_attempt_if_done();
+}
+
 void Supervisor::stop_attempt() {
   if (finished_ || tearing_down_) return;
   stop_requested_ = true;

@@ -74,6 +74,7 @@ class SupervisorListener {
   /// ddplaunch was asked to stop (SIGTERM with a stop_timeout): the workers
   /// are to stop at a step boundary on their own and exit 0; nobody is
   /// signalled yet.
+  /// signo 0: the request came from another node (Supervisor::drain).
   virtual void on_stop_requested(int /*attempt*/, int /*signo*/) {}
   /// They did not all end within stop_timeout: they are signalled now.
   virtual void on_stop_timed_out(int /*attempt*/) {}
@@ -141,6 +142,10 @@ class Supervisor {
   /// Tears the attempt down without a local failure (the job failed
   /// elsewhere); the arbiter then decides what follows.
   void stop_attempt();
+  /// The job was asked to stop elsewhere (preemption of another node): as
+  /// SIGTERM with a stop timeout, the workers get `timeout` to stop on their
+  /// own (on_stop_requested with signo 0) before they are signalled.
+  void drain(Duration timeout);
   /// Lets deadlines fire (SIGKILL after the grace period). Call after waking.
   void on_tick();
   /// When on_tick() next has something to do; nullopt when nothing is pending.

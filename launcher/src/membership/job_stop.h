@@ -1,0 +1,31 @@
+#pragma once
+// A job-wide stop at a step boundary (preemption): one agent is asked to stop
+// (SIGTERM with --stop-timeout), the coordinator chooses one step count for
+// every rank of the job, and every agent hands it to its ranks (the stop file,
+// job/stop_request.h). Every rank of a lock-step job must stop after the same
+// step, or those still going wait in a collective the others never join.
+//
+// Threading: plain values and a pure function.
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "ddp/common/clock.h"
+#include "health/rank_health.h"
+
+namespace ddp {
+
+struct JobStop {
+  std::optional<int64_t> stop_at_step;  // nullopt: each rank at its next step boundary
+  std::string reason;                   // e.g. "SIGTERM to ddplaunch on node 1 (h1)"
+  Duration stop_timeout{};              // then the ranks still running are signalled
+};
+
+/// The step count at which every rank should stop: the most any rank has
+/// reached by its last report, plus the steps one can complete in `lag` at the
+/// fastest step time reported (reports are late, and the request takes time to
+/// reach every rank), plus one. nullopt when no rank reports steps.
+std::optional<int64_t> choose_stop_step(const std::vector<RankReport>& reports, Duration lag);
+
+}  // namespace ddp
