@@ -26,11 +26,9 @@ int pending_stop_signal() {
 
 }  // namespace
 
-AgentSession::AgentSession(AgentSettings settings, int wakeup_fd, WorkerHealthBoard& health)
-    : settings_(std::move(settings)),
-      wakeup_fd_(wakeup_fd),
-      health_(health),
-      client_(settings_.endpoint, settings_.job_id, settings_.token, settings_.tls) {
+AgentSession::AgentSession(AgentSettings settings, CoordinatorCalls& calls, const Clock& clock, int wakeup_fd,
+                           WorkerHealthBoard& health)
+    : settings_(std::move(settings)), wakeup_fd_(wakeup_fd), health_(health), calls_(calls), clock_(clock) {
   // Stacks go to the coordinator at once: it holds the hung job's report for them.
   health_.set_stacks_listener([this] {
     {
@@ -70,7 +68,7 @@ Assignment AgentSession::join() {
                elastic ? fmt::format("{}:{}", settings_.min_nnodes, settings_.nnodes) : std::to_string(settings_.nnodes));
   JoinResult result;
   int signal = 0;
-  const Status s = client_.join(p, settings_.max_restarts, settings_.join_timeout, result,
+  const Status s = calls_.join(p, settings_.max_restarts, settings_.join_timeout, result,
                                 [&signal] { return (signal = pending_stop_signal()) != 0; });
   if (signal != 0) {
     spdlog::warn("received {} while waiting for the other nodes; giving up", signal_name(signal));
@@ -110,8 +108,9 @@ void AgentSession::start_threads(int64_t generation) {
     job_stop_.reset();  // a stop belongs to one generation
   }
   health_.clear();  // the previous generation's workers are gone
+  watch_cancel_ = std::make_shared<CancelToken>();
   heartbeat_thread_ = std::thread([this, generation] { heartbeat_loop(generation); });
-  watch_thread_ = std::thread([this, generation] { watch_loop(generation); });
+  watch_thread_ = std::thread([this, generation, cancel = watch_cancel_] { watch_loop(generation, cancel); });
 }
 
 void AgentSession::stop_threads() {
@@ -120,10 +119,7 @@ void AgentSession::stop_threads() {
     threads_stop_ = true;
   }
   wake_threads_.notify_all();
-  {
-    std::lock_guard<std::mutex> lock(watch_mutex_);
-    if (watch_call_ != nullptr) watch_call_->TryCancel();
-  }
+  if (watch_cancel_) watch_cancel_->cancel();
   if (heartbeat_thread_.joinable()) heartbeat_thread_.join();
   if (watch_thread_.joinable()) watch_thread_.join();
 }
@@ -140,7 +136,7 @@ void AgentSession::request_stop(const std::string& reason) {
 }
 
 void AgentSession::heartbeat_loop(int64_t generation) {
-  auto last_ok = std::chrono::steady_clock::now();
+  auto last_ok = clock_.now();
   while (!threads_stop_.load()) {
     {
       std::lock_guard<std::mutex> lock(sleep_mutex_);
@@ -148,12 +144,12 @@ void AgentSession::heartbeat_loop(int64_t generation) {
     }
     std::vector<int> dump_ranks;
     std::optional<JobStop> stop;
-    const Status s = client_.heartbeat(assignment_.node_rank, generation,
+    const Status s = calls_.heartbeat(assignment_.node_rank, generation,
                                        std::min<Duration>(settings_.heartbeat_interval, 5s), health_.latest(), &dump_ranks,
                                        health_.take_stacks(), &stop);
     if (!dump_ranks.empty()) health_.request_stack_dumps(dump_ranks);
     if (stop) note_job_stop(*stop);
-    const auto now = std::chrono::steady_clock::now();
+    const auto now = clock_.now();
     if (s.ok()) {
       last_ok = now;
     } else if (now - last_ok > settings_.coordinator_timeout) {
@@ -168,21 +164,12 @@ void AgentSession::heartbeat_loop(int64_t generation) {
   }
 }
 
-void AgentSession::watch_loop(int64_t generation) {
+void AgentSession::watch_loop(int64_t generation, std::shared_ptr<CancelToken> cancel) {
   while (!threads_stop_.load()) {
     GenerationView view;
-    grpc::ClientContext call;
-    {
-      std::lock_guard<std::mutex> lock(watch_mutex_);
-      if (threads_stop_.load()) return;
-      watch_call_ = &call;
-    }
-    const Status s = client_.watch(assignment_.node_rank, generation, GenerationState::kRunning, 30s, view, &call);
-    {
-      std::lock_guard<std::mutex> lock(watch_mutex_);
-      watch_call_ = nullptr;
-    }
-    if (threads_stop_.load()) return;
+    const Status s =
+        calls_.watch(assignment_.node_rank, generation, GenerationState::kRunning, 30s, view, cancel.get());
+    if (threads_stop_.load() || cancel->cancelled()) return;
     if (!s.ok()) {
       // The heartbeat thread judges reachability; just poll again shortly.
       std::unique_lock<std::mutex> lock(sleep_mutex_);
@@ -217,7 +204,7 @@ std::optional<JobStop> AgentSession::job_stop() const {
 
 std::optional<JobStop> AgentSession::request_job_stop(const std::string& reason, Duration stop_timeout) {
   JobStop stop;
-  const Status s = client_.request_stop(assignment_.node_rank, assignment_.generation, reason, stop_timeout, 3s, stop);
+  const Status s = calls_.request_stop(assignment_.node_rank, assignment_.generation, reason, stop_timeout, 3s, stop);
   if (!s.ok()) {
     spdlog::warn("could not ask the coordinator to stop the whole job ({}): this node's ranks choose the step alone",
                  s.message());
@@ -269,11 +256,12 @@ Verdict AgentSession::conclude(const AttemptSummary& summary) {
     // What the workers said last (a collective they entered just before
     // failing, say) reaches the coordinator before the failure does.
     [[maybe_unused]] const Status flushed =
-        client_.heartbeat(assignment_.node_rank, generation, 2s, health_.latest(), nullptr, health_.take_stacks());
+        calls_.heartbeat(assignment_.node_rank, generation, 2s, health_.latest(), nullptr, health_.take_stacks(),
+                         nullptr);
   }
   Status s;
   for (int attempt = 0; attempt < 5; ++attempt) {
-    s = client_.report_outcome(generation, outcome, 5s);
+    s = calls_.report_outcome(generation, outcome, 5s);
     if (s.ok() || s.code() != StatusCode::kUnavailable) break;
     std::this_thread::sleep_for(200ms);
   }
@@ -283,13 +271,13 @@ Verdict AgentSession::conclude(const AttemptSummary& summary) {
 }
 
 Verdict AgentSession::await_verdict(int64_t generation) {
-  auto last_ok = std::chrono::steady_clock::now();
+  auto last_ok = clock_.now();
   GenerationState known = GenerationState::kRunning;
   for (;;) {
     if (const int sig = pending_stop_signal()) return Verdict::finish(exit_code::for_signal(sig));
     GenerationView view;
-    const Status s = client_.watch(assignment_.node_rank, generation, known, 1s, view);
-    const auto now = std::chrono::steady_clock::now();
+    const Status s = calls_.watch(assignment_.node_rank, generation, known, 1s, view, nullptr);
+    const auto now = clock_.now();
     if (!s.ok()) {
       if (now - last_ok > settings_.coordinator_timeout) {
         spdlog::error("lost the coordinator at {} while waiting for the job's verdict: {}", settings_.endpoint,

@@ -6,9 +6,14 @@
 // how the local workers ended and waits for the coordinator's verdict:
 // restart as the next generation, or finish with the job's exit code.
 //
+// It reaches the coordinator through CoordinatorCalls (gRPC in production, a
+// scripted fake in its unit tests) and judges time by the injected Clock (how
+// long the coordinator has been unreachable); its waits between calls are
+// real time.
+//
 // Threading: join()/conclude() run on the event-loop thread; a heartbeat
-// thread and a watch thread run per generation and touch only atomics and the
-// thread-safe client. The destructor stops them.
+// thread and a watch thread run per generation and touch only atomics, their
+// mutex-guarded fields and the thread-safe calls. The destructor stops them.
 
 #include <atomic>
 #include <condition_variable>
@@ -18,7 +23,7 @@
 #include <thread>
 
 #include "agent/worker_health_board.h"
-#include "coordinator/coordinator_client.h"
+#include "coordinator/coordinator_calls.h"
 #include "supervise/supervisor.h"
 
 namespace ddp {
@@ -27,7 +32,6 @@ struct AgentSettings {
   std::string endpoint;  // coordinator host:port
   std::string job_id;
   std::string token;
-  TlsFiles tls;
   int nnodes = 1;      // the most nodes
   int min_nnodes = 0;  // elastic: the fewest; 0: nnodes
   Duration last_call_timeout = std::chrono::seconds(30);
@@ -49,10 +53,13 @@ struct AgentSettings {
 
 class AgentSession final : public AttemptArbiter {
  public:
-  /// wakeup_fd: an eventfd the event loop watches; written when the job is
-  /// stopping elsewhere (not owned). health: this node's worker heartbeats,
-  /// forwarded with each agent heartbeat (not owned; outlives the session).
-  AgentSession(AgentSettings settings, int wakeup_fd, WorkerHealthBoard& health);
+  /// calls: the coordinator (not owned; outlives the session). clock: for
+  /// the coordinator's silence (not owned). wakeup_fd: an eventfd the event
+  /// loop watches; written when the job is stopping elsewhere (not owned).
+  /// health: this node's worker heartbeats, forwarded with each agent
+  /// heartbeat (not owned; outlives the session).
+  AgentSession(AgentSettings settings, CoordinatorCalls& calls, const Clock& clock, int wakeup_fd,
+               WorkerHealthBoard& health);
   ~AgentSession() override;
 
   /// Joins the next generation (0 at first, then the one after each restart
@@ -79,13 +86,12 @@ class AgentSession final : public AttemptArbiter {
   Verdict conclude(const AttemptSummary& summary) override;
 
   const Assignment& assignment() const { return assignment_; }
-  CoordinatorClient& client() { return client_; }
 
  private:
   void start_threads(int64_t generation);
   void stop_threads();
   void heartbeat_loop(int64_t generation);
-  void watch_loop(int64_t generation);
+  void watch_loop(int64_t generation, std::shared_ptr<CancelToken> cancel);
   void request_stop(const std::string& reason);
   /// Keeps the job-wide stop heard with a heartbeat and wakes the event loop.
   void note_job_stop(const JobStop& stop);
@@ -95,7 +101,8 @@ class AgentSession final : public AttemptArbiter {
   AgentSettings settings_;
   int wakeup_fd_;
   WorkerHealthBoard& health_;
-  CoordinatorClient client_;
+  CoordinatorCalls& calls_;
+  const Clock& clock_;
   Assignment assignment_;
   int64_t next_generation_ = 0;  // event-loop thread only
   std::atomic<bool> threads_stop_{false};
@@ -108,8 +115,7 @@ class AgentSession final : public AttemptArbiter {
   std::string stop_reason_;
   std::string stop_report_json_;
   std::optional<JobStop> job_stop_;  // under reason_mutex_
-  std::mutex watch_mutex_;
-  grpc::ClientContext* watch_call_ = nullptr;  // the watch thread's poll in flight, to cancel it
+  std::shared_ptr<CancelToken> watch_cancel_;  // ends the watch thread's poll in flight (event-loop thread)
   std::thread heartbeat_thread_;
   std::thread watch_thread_;
 };

@@ -261,17 +261,18 @@ Status CoordinatorClient::report_outcome(int64_t generation, const NodeOutcome& 
 }
 
 Status CoordinatorClient::watch(int node_rank, int64_t generation, GenerationState known, Duration timeout,
-                                GenerationView& view, grpc::ClientContext* context) {
+                                GenerationView& view, CancelToken* cancel) {
   pb::WatchRequest req;
   authorize(req.mutable_auth());
   req.set_node_rank(node_rank);
   req.set_generation(generation);
   req.set_known_state(to_pb(known));
   pb::WatchReply reply;
-  grpc::ClientContext own;
-  grpc::ClientContext& ctx = context != nullptr ? *context : own;
+  grpc::ClientContext ctx;
   set_deadline(ctx, timeout);
+  if (cancel && !cancel->arm([&ctx] { ctx.TryCancel(); })) return {StatusCode::kCancelled, "cancelled"};
   const Status s = from_grpc(stub_->Watch(&ctx, req, &reply));
+  if (cancel) cancel->disarm();
   view.generation = reply.generation();
   view.state = from_pb(reply.state());
   view.exit_code = reply.exit_code();

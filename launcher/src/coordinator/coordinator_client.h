@@ -11,18 +11,14 @@
 #include <string>
 
 #include "coordinator/connection_diagnosis.h"
+#include "coordinator/coordinator_calls.h"
 #include "coordinator/coordinator_job.h"
 #include "coordinator/coordinator_server.h"
 #include "ddplaunch/v1/coordinator.grpc.pb.h"
 
 namespace ddp {
 
-struct JoinResult {
-  Assignment assignment;
-  int max_restarts = 0;
-};
-
-class CoordinatorClient {
+class CoordinatorClient final : public CoordinatorCalls {
  public:
   /// target: "host:port". tls: client certificate and CA (cert may be empty
   /// for server-only TLS: ca then verifies the coordinator).
@@ -30,36 +26,31 @@ class CoordinatorClient {
                     const TlsFiles& tls = {});
   /// Over an existing channel (e.g. CoordinatorServer::in_process_channel()).
   CoordinatorClient(std::shared_ptr<grpc::Channel> channel, const std::string& job_id, const std::string& token);
-  ~CoordinatorClient();
+  ~CoordinatorClient() override;
 
   /// Waits for the world to form. should_abort is polled while waiting (every
   /// 100 ms); when it returns true the join is cancelled (Cancelled). Logs a
   /// progress line every 5 s; while the coordinator cannot be reached, that
   /// line and the final error say why (ConnectionDiagnosis).
   Status join(const JoinParams& params, int max_restarts, Duration timeout, JoinResult& result,
-              const std::function<bool()>& should_abort = {});
-  /// workers: the node's latest worker heartbeats; dump_ranks (optional)
-  /// gets the ranks the coordinator asks to dump their stacks; stacks: the
-  /// workers' answers since the last heartbeat.
-  /// stop (optional) gets the job-wide stop at a step boundary, once there is one.
-  Status heartbeat(int node_rank, int64_t generation, Duration timeout, const std::vector<ForwardedReport>& workers = {},
-                   std::vector<int>* dump_ranks = nullptr, const std::vector<RankStacks>& stacks = {},
-                   std::optional<JobStop>* stop = nullptr);
-  /// Preemption: asks that every rank of the job stop at one step boundary
-  /// (CoordinatorJob::request_stop); stop gets where.
+              const std::function<bool()>& should_abort = {}) override;
+  /// See CoordinatorCalls::heartbeat.
+  Status heartbeat(int node_rank, int64_t generation, Duration timeout, const std::vector<ForwardedReport>& workers,
+                   std::vector<int>* dump_ranks, const std::vector<RankStacks>& stacks,
+                   std::optional<JobStop>* stop) override;
+  Status heartbeat(int node_rank, int64_t generation, Duration timeout) {
+    return heartbeat(node_rank, generation, timeout, {}, nullptr, {}, nullptr);
+  }
   Status request_stop(int node_rank, int64_t generation, const std::string& reason, Duration stop_timeout,
-                      Duration timeout, JobStop& stop);
+                      Duration timeout, JobStop& stop) override;
   /// The job's health view as JSON (CoordinatorJob::status_json).
   Status status(Duration timeout, std::string& json);
   /// Every rank's stacks now, merged (CoordinatorJob::collect_stacks); the
   /// ranks get `wait` to answer.
   Status stacks(Duration wait, std::string& json);
-  Status report_outcome(int64_t generation, const NodeOutcome& outcome, Duration timeout);
-  /// Long poll; see CoordinatorJob::watch.
-  /// A caller that must be able to cancel the poll passes its own context
-  /// (grpc::ClientContext::TryCancel from another thread ends it at once).
+  Status report_outcome(int64_t generation, const NodeOutcome& outcome, Duration timeout) override;
   Status watch(int node_rank, int64_t generation, GenerationState known, Duration timeout, GenerationView& view,
-               grpc::ClientContext* context = nullptr);
+               CancelToken* cancel = nullptr) override;
   Status nccl_id(int64_t generation, const std::string& comm_key, Duration timeout, std::string& id);
   Status barrier(int64_t generation, const std::string& name, int participants, Duration timeout);
   Status kv_set(int64_t generation, const std::string& key, const std::string& value, Duration timeout);

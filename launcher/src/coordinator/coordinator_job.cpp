@@ -62,8 +62,8 @@ CoordinatorJob::CoordinatorJob(std::string job_id, std::string token, JobConfig 
       token_(std::move(token)),
       config_(config),
       clock_(clock),
-      ids_(ids),
       rendezvous_(config.nnodes, config.nproc, config.min_nnodes, config.last_call_timeout),
+      store_(ids),
       health_(hang_config(config), config.nnodes * config.nproc, clock),
       created_at_(clock.now()) {
   rendezvous_.open(0);
@@ -309,7 +309,7 @@ void CoordinatorJob::record_outcome(const NodeOutcome& outcome, Fired& fired) {
 void CoordinatorJob::conclude_if_all_reported(Fired& fired) {
   if (std::any_of(outcomes_.begin(), outcomes_.end(), [](const auto& o) { return !o.has_value(); })) return;
   const Status over{StatusCode::kAborted, fmt::format("generation {} has ended", generation_)};
-  kv_.abort_waits(over, fired.waits);
+  store_.clear(over, fired.waits);
   end_generation(fired);
 }
 
@@ -372,8 +372,6 @@ void CoordinatorJob::end_generation(Fired& fired) {
   membership_stop_.clear();
   state_ = GenerationState::kRunning;
   world_formed_ = false;
-  kv_ = KvStore();
-  nccl_ids_.clear();
   rendezvous_.open(generation_, std::move(expected));
   release_watches(fired);  // the ended generation's watchers hear last_restart_view_
 }
@@ -414,12 +412,14 @@ GenerationView CoordinatorJob::view_of(int64_t generation) const {
 }
 
 void CoordinatorJob::release_watches(Fired& fired) {
-  auto changed = std::stable_partition(watches_.begin(), watches_.end(),
-                                       [this](const Parked& p) { return view_of(p.generation).state == p.known; });
-  for (auto it = changed; it != watches_.end(); ++it) {
-    fired.watches.emplace_back(std::move(it->done), answer(it->node_rank, it->generation, it->after_outcome));
+  answer_watches(watches_.take_if([this](const ParkedWatch& w) { return view_of(w.generation).state != w.known; }),
+                 fired);
+}
+
+void CoordinatorJob::answer_watches(std::vector<ParkedWatch> taken, Fired& fired) {
+  for (ParkedWatch& w : taken) {
+    fired.watches.emplace_back(std::move(w.done), answer(w.node_rank, w.generation, w.after_outcome));
   }
-  watches_.erase(changed, watches_.end());
 }
 
 GenerationView CoordinatorJob::answer(int node_rank, int64_t generation, bool asked_after_outcome) {
@@ -453,7 +453,7 @@ void CoordinatorJob::watch(int node_rank, int64_t generation, GenerationState kn
   {
     std::lock_guard<std::mutex> lock(mutex_);
     if (view_of(generation).state == known) {
-      watches_.push_back({node_rank, generation, known, has_reported(node_rank), clock_.now() + timeout, std::move(done)});
+      watches_.park({node_rank, generation, known, has_reported(node_rank), clock_.now() + timeout, std::move(done)});
       return;
     }
     view = answer(node_rank, generation, has_reported(node_rank));
@@ -482,7 +482,7 @@ Status CoordinatorJob::kv_set(int64_t generation, const std::string& key, std::s
   {
     std::lock_guard<std::mutex> lock(mutex_);
     if (Status s = check_generation(generation); !s.ok()) return s;
-    kv_.set(key, std::move(value), fired.waits);
+    store_.kv().set(key, std::move(value), fired.waits);
   }
   fired.run();
   return Status::Ok();
@@ -491,7 +491,7 @@ Status CoordinatorJob::kv_set(int64_t generation, const std::string& key, std::s
 Status CoordinatorJob::kv_get(int64_t generation, const std::string& key, std::optional<std::string>& value) {
   std::lock_guard<std::mutex> lock(mutex_);
   if (Status s = check_generation(generation); !s.ok()) return s;
-  value = kv_.get(key);
+  value = store_.kv().get(key);
   return Status::Ok();
 }
 
@@ -501,7 +501,7 @@ Status CoordinatorJob::kv_add(int64_t generation, const std::string& key, int64_
   {
     std::lock_guard<std::mutex> lock(mutex_);
     if (Status s = check_generation(generation); !s.ok()) return s;
-    status = kv_.add(key, delta, result, fired.waits);
+    status = store_.kv().add(key, delta, result, fired.waits);
   }
   fired.run();
   return status;
@@ -514,7 +514,7 @@ Status CoordinatorJob::kv_compare_set(int64_t generation, const std::string& key
   {
     std::lock_guard<std::mutex> lock(mutex_);
     if (Status s = check_generation(generation); !s.ok()) return s;
-    swapped = kv_.compare_set(key, expected, std::move(desired), current, fired.waits);
+    swapped = store_.kv().compare_set(key, expected, std::move(desired), current, fired.waits);
   }
   fired.run();
   return Status::Ok();
@@ -523,7 +523,7 @@ Status CoordinatorJob::kv_compare_set(int64_t generation, const std::string& key
 Status CoordinatorJob::kv_delete_prefix(int64_t generation, const std::string& prefix, int64_t& deleted) {
   std::lock_guard<std::mutex> lock(mutex_);
   if (Status s = check_generation(generation); !s.ok()) return s;
-  deleted = kv_.delete_prefix(prefix);
+  deleted = store_.kv().delete_prefix(prefix);
   return Status::Ok();
 }
 
@@ -534,7 +534,7 @@ void CoordinatorJob::kv_wait(int64_t generation, std::vector<std::string> keys, 
     if (Status s = check_generation(generation); !s.ok()) {
       fired.waits.push_back({std::move(done), s});
     } else {
-      kv_.wait(std::move(keys), clock_.now() + timeout, std::move(done), fired.waits);
+      store_.kv().wait(std::move(keys), clock_.now() + timeout, std::move(done), fired.waits);
     }
   }
   fired.run();
@@ -542,21 +542,13 @@ void CoordinatorJob::kv_wait(int64_t generation, std::vector<std::string> keys, 
 
 void CoordinatorJob::barrier(int64_t generation, const std::string& name, int participants, Duration timeout,
                              WaitCallback done) {
-  // A counter and a release key in the generation's store: the last to
-  // arrive sets the release key, which every participant waits for.
-  const std::string count_key = "__ddplaunch/barrier/" + name + "/count";
-  const std::string done_key = "__ddplaunch/barrier/" + name + "/done";
   Fired fired;
   {
     std::lock_guard<std::mutex> lock(mutex_);
-    Status s = check_generation(generation);
-    int64_t arrived = 0;
-    if (s.ok()) s = kv_.add(count_key, 1, arrived, fired.waits);
-    if (!s.ok()) {
+    if (Status s = check_generation(generation); !s.ok()) {
       fired.waits.push_back({std::move(done), s});
     } else {
-      if (arrived >= participants) kv_.set(done_key, "1", fired.waits);
-      kv_.wait({done_key}, clock_.now() + timeout, std::move(done), fired.waits);
+      store_.barrier(name, participants, clock_.now() + timeout, std::move(done), fired.waits);
     }
   }
   fired.run();
@@ -565,9 +557,7 @@ void CoordinatorJob::barrier(int64_t generation, const std::string& name, int pa
 Status CoordinatorJob::nccl_id(int64_t generation, const std::string& comm_key, std::string& id) {
   std::lock_guard<std::mutex> lock(mutex_);
   if (Status s = check_generation(generation); !s.ok()) return s;
-  auto it = nccl_ids_.find(comm_key);
-  if (it == nccl_ids_.end()) it = nccl_ids_.emplace(comm_key, ids_.create_id()).first;
-  id = it->second;
+  id = store_.nccl_id(comm_key);
   return Status::Ok();
 }
 
@@ -589,7 +579,7 @@ void CoordinatorJob::tick() {
   {
     std::lock_guard<std::mutex> lock(mutex_);
     const SteadyTime now = clock_.now();
-    kv_.expire(now, fired.waits);
+    store_.kv().expire(now, fired.waits);
     report_waiting_joins(now);
     if (rendezvous_.close_last_call(now, fired.joins) && !world_formed_) on_world_formed();
     if (rendezvous_.expire(now, fired.joins)) {
@@ -604,12 +594,7 @@ void CoordinatorJob::tick() {
     grow_if_waiting(fired);
     finish_stack_requests(now, fired);
     declare_silent_nodes(now, fired);
-    auto expired = std::stable_partition(watches_.begin(), watches_.end(),
-                                         [now](const Parked& p) { return p.deadline > now; });
-    for (auto it = expired; it != watches_.end(); ++it) {
-      fired.watches.emplace_back(std::move(it->done), answer(it->node_rank, it->generation, it->after_outcome));
-    }
-    watches_.erase(expired, watches_.end());
+    answer_watches(watches_.take_expired(now), fired);
   }
   fired.run();
 }
@@ -643,10 +628,9 @@ void CoordinatorJob::abort_all(const Status& status) {
   fired.watch_status = status;
   {
     std::lock_guard<std::mutex> lock(mutex_);
-    kv_.abort_waits(status, fired.waits);
+    store_.clear(status, fired.waits);
     rendezvous_.abort(status, fired.joins);
-    for (auto& p : watches_) fired.watches.emplace_back(std::move(p.done), view_of(p.generation));
-    watches_.clear();
+    for (ParkedWatch& w : watches_.take_all()) fired.watches.emplace_back(std::move(w.done), view_of(w.generation));
     aborted_stacks.swap(stack_requests_);
   }
   fired.run();

@@ -19,7 +19,9 @@
 #include <vector>
 
 #include "ddp/common/kv_store.h"
+#include "coordinator/generation_store.h"
 #include "coordinator/rendezvous.h"
+#include "coordinator/watch_registry.h"
 #include "coordinator/unique_id_source.h"
 #include "ddp/common/clock.h"
 #include "ddp/common/status.h"
@@ -60,30 +62,12 @@ struct JobConfig {
 std::optional<JobConfig::Grow> parse_grow_policy(const std::string& text);
 const char* to_string(JobConfig::Grow grow);
 
-enum class GenerationState { kRunning = 1, kStopping = 2, kRestarting = 3, kFinished = 4 };
-const char* to_string(GenerationState state);
-
-/// A generation's state as agents see it.
-struct GenerationView {
-  int64_t generation = 0;
-  GenerationState state = GenerationState::kRunning;
-  int exit_code = 0;  // with kFinished
-  std::string reason;
-  int failed_node = -1;
-  int failed_rank = -1;
-  std::string report_json;  // the hang or desync report, when that was the cause
-  /// With kRestarting: the next generation has other nodes (the restart
-  /// budget is untouched).
-  bool membership_change = false;
-};
-
 /// A worker heartbeat as an agent forwards it: held for `held` at the agent.
 struct ForwardedReport {
   RankReport report;
   Duration held{};
 };
 
-using WatchCallback = std::function<void(const Status&, const GenerationView&)>;
 /// The merged stacks of every rank (JSON, see StacksReply), or why not.
 using StacksCallback = std::function<void(const Status&, const std::string& json)>;
 
@@ -158,14 +142,6 @@ class CoordinatorJob {
   GenerationView current_view() const;
 
  private:
-  struct Parked {
-    int node_rank;
-    int64_t generation;
-    GenerationState known;
-    bool after_outcome;  // made after node_rank reported its outcome
-    SteadyTime deadline;
-    WatchCallback done;
-  };
   // Everything below runs with mutex_ held; what it completes goes to Fired.
   struct Fired {
     FiredWaits waits;
@@ -180,7 +156,9 @@ class CoordinatorJob {
   void record_outcome(const NodeOutcome& outcome, Fired& fired);
   void conclude_if_all_reported(Fired& fired);
   void set_state(GenerationState state, Fired& fired);
+  /// Answers the parked watches whose generation's state moved on.
   void release_watches(Fired& fired);
+  void answer_watches(std::vector<ParkedWatch> taken, Fired& fired);
   /// The view a watcher gets; notes who has heard that the job finished.
   GenerationView answer(int node_rank, int64_t generation, bool asked_after_outcome);
   bool has_reported(int node_rank) const;
@@ -202,7 +180,6 @@ class CoordinatorJob {
   const std::string token_;
   const JobConfig config_;
   const Clock& clock_;
-  UniqueIdSource& ids_;
 
   mutable std::mutex mutex_;
   Rendezvous rendezvous_;
@@ -210,8 +187,7 @@ class CoordinatorJob {
   GenerationState state_ = GenerationState::kRunning;
   bool world_formed_ = false;
   int restarts_used_ = 0;
-  KvStore kv_;
-  std::map<std::string, std::string> nccl_ids_;  // by comm key, current generation
+  GenerationStore store_;  // the running generation's KV store, barriers and NCCL IDs
   std::vector<std::optional<NodeOutcome>> outcomes_;  // by node rank
   std::vector<SteadyTime> last_heartbeat_;            // by node rank
   std::vector<Duration> heartbeat_gap_;               // by node rank: the longest gap between its heartbeats
@@ -226,7 +202,7 @@ class CoordinatorJob {
   int membership_changes_ = 0;
   std::vector<std::string> departed_;                // every node that left, in words (newest last, bounded)
   GenerationView finished_view_;
-  std::vector<Parked> watches_;
+  WatchRegistry watches_;
   std::vector<bool> told_finished_;  // by node rank
   int world_nnodes_ = 0;             // nodes of the formed world (an elastic one may have fewer than nnodes)
 

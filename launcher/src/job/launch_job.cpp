@@ -468,12 +468,11 @@ std::string node_count(const LaunchPlan& plan) {
                                        : std::to_string(plan.nnodes);
 }
 
-AgentSettings agent_settings(const LaunchPlan& plan, const std::string& endpoint, const TlsFiles& tls) {
+AgentSettings agent_settings(const LaunchPlan& plan, const std::string& endpoint) {
   AgentSettings settings;
   settings.endpoint = endpoint;
   settings.job_id = plan.job_id;
   settings.token = plan.token;
-  settings.tls = tls;
   settings.nnodes = plan.nnodes;
   settings.min_nnodes = plan.min_nnodes;
   settings.last_call_timeout = plan.last_call_timeout;
@@ -558,12 +557,13 @@ int run_launch(const LaunchPlan& plan, OrphanSentinel* sentinel) {
        std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count()});
   const WakeupFd wakeup;
   WorkerHealthBoard health(SystemClock::instance(), stack_answer_timeout(plan.heartbeat_interval));
-  AgentSettings settings = agent_settings(plan, endpoint, tls);
+  AgentSettings settings = agent_settings(plan, endpoint);
   settings.hosts_coordinator = coordinator != nullptr;
-  AgentSession session(std::move(settings), wakeup.fd(), health);
+  CoordinatorClient coordinator_client(endpoint, plan.job_id, plan.token, tls);
+  AgentSession session(std::move(settings), coordinator_client, SystemClock::instance(), wakeup.fd(), health);
   remove_sockets_of_dead_agents(runtime_dir);
   const std::string socket_path = fmt::format("{}/{}.sock", runtime_dir, getpid());
-  LocalAgentServer local(socket_path, session.client(), health, plan.job_id, plan.token);
+  LocalAgentServer local(socket_path, coordinator_client, health, plan.job_id, plan.token);
   CompanionSetup companion_setup;
   std::unique_ptr<CompanionChannel> companion;
   if (plan.python_companion) {
