@@ -34,7 +34,7 @@ bool preflight_passes(const ddp::LaunchOptions& o) {
   in.nproc_per_node = o.nproc_per_node;
   in.master_addr = o.master_addr;
   in.master_port = o.master_port;
-  in.rdzv_endpoint = o.rdzv_endpoint;
+  in.rdzv_endpoint = o.rdzv_endpoint.substr(0, o.rdzv_endpoint.find(','));  // the first of a failover list
   in.log_dir = o.log_dir;
   const auto start = std::chrono::steady_clock::now();
   const auto results = ddp::run_preflight(in);

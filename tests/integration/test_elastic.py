@@ -10,8 +10,8 @@ import re
 import signal
 import unittest
 
-from launcher_harness import PYTHON, wait_until
-from multinode_harness import EXIT_RDZV, MultiNodeTestCase
+from launcher_harness import PYTHON, free_port, wait_until
+from multinode_harness import EXIT_NODE_LOST, EXIT_RDZV, MultiNodeTestCase
 from netns_harness import NetnsTestCase, ip
 from test_ddptrain import DDPTRAIN, TORCH_OK, DdptrainCase, checkpoint_steps
 
@@ -24,14 +24,14 @@ TRAIN = ("--global-batch-size", 12, "--momentum", 0.9, "--lr", 0.01, "--samples"
          "--mlp-sizes", "32,512,512,10", "--log-every", 0, "--steps", STEPS)
 
 
-@unittest.skipUnless(TORCH_OK, "PYTHON_EXEC cannot import torch (needed to compare parameters)")
-class ElasticTrainingTest(MultiNodeTestCase, DdptrainCase):
+class TrainingRun:
+    """The training every test here runs, its uninterrupted reference, and waiting for
+    its checkpoints (a mixin for the multi-node and the namespace cases)."""
 
-    def elastic_agent(self, nnodes, node_rank, ck, final, extra=()):
-        program = [DDPTRAIN, *map(str, TRAIN), "--checkpoint-dir", str(ck), "--checkpoint-every", "50",
-                   "--save-final", str(final)]
-        return self.start_agent(nnodes, 1, program, node_rank=node_rank, conf=CONF,
-                                env_extra=self.train_env(), extra=["--shutdown-grace=2", *extra])
+    @staticmethod
+    def training(ck, final):
+        return [DDPTRAIN, *map(str, TRAIN), "--checkpoint-dir", str(ck), "--checkpoint-every", "50",
+                "--save-final", str(final)]
 
     def reference(self):
         ref = self.tmp / "uninterrupted.pt"
@@ -43,12 +43,24 @@ class ElasticTrainingTest(MultiNodeTestCase, DdptrainCase):
             self.fail(f"no checkpoint of step >= {step} within 60 s"
                       f"{self.describe_all([self.current_output(l) for l in launches])}")
 
+
+class ElasticCase(TrainingRun, MultiNodeTestCase, DdptrainCase):
+    """Elastic ddptrain agents on this machine, and what their job left behind."""
+
+    def elastic_agent(self, nnodes, node_rank, ck, final, extra=(), endpoint=None):
+        return self.start_agent(nnodes, 1, self.training(ck, final), node_rank=node_rank, conf=CONF,
+                                endpoint=endpoint, env_extra=self.train_env(), extra=["--shutdown-grace=2", *extra])
+
     def verdicts(self):
         """The coordinator's verdicts recorded in the attempts' failure.json files."""
         found = []
         for path in sorted(self.log_dir.glob("*/attempt_*/failure.json")):
             found.append(json.loads(path.read_text()).get("verdict", {}))
         return found
+
+
+@unittest.skipUnless(TORCH_OK, "PYTHON_EXEC cannot import torch (needed to compare parameters)")
+class ElasticTrainingTest(ElasticCase):
 
     def test_a_lost_node_shrinks_the_job_which_finishes_with_the_same_parameters(self):
         ref = self.reference()
@@ -89,25 +101,54 @@ class ElasticTrainingTest(MultiNodeTestCase, DdptrainCase):
 
 
 @unittest.skipUnless(TORCH_OK, "PYTHON_EXEC cannot import torch (needed to compare parameters)")
-class PartitionedNodeTest(NetnsTestCase, DdptrainCase):
+class CoordinatorFailoverTest(ElasticCase):
+    """--rdzv-endpoint lists two endpoints; the node hosting the first is SIGKILLed."""
+
+    def test_the_coordinators_node_is_lost_and_the_next_endpoint_takes_the_job_over(self):
+        ref = self.reference()
+        ck, final = self.tmp / "ck", self.tmp / "final.pt"
+        second = f"127.0.0.1:{free_port()}"
+        endpoints = f"{self.endpoint()},{second}"
+        launches = [self.elastic_agent("2:3", r, ck, final, endpoint=endpoints) for r in range(3)]
+        self.wait_for_checkpoint(ck, 100, launches)
+        self.signal_launch(launches[0], signal.SIGKILL)
+        results = self.finish_all(launches, timeout=120)
+        desc = self.describe_all(results)
+        self.assertEqual([r.rc for r in results], [-signal.SIGKILL, 0, 0], desc)
+        for r in results[1:]:
+            self.assertRegex(r.err, rf"failing over to the next coordinator endpoint {second} \(epoch 1", desc)
+            self.assertIn("joined as node", r.err.split("failing over")[-1], desc)
+        self.assertEqual(sum("hosted by this agent" in r.err for r in results[1:]), 1, desc)
+        self.assertIn("continuing on 2 with the same global batch 12", results[1].out + results[2].out, desc)
+        (row,) = self.compare((final, ref))
+        self.assert_close(row, 1e-10, "3 ranks, the coordinator's node lost, then 2 ranks vs 2 ranks throughout")
+        self.assert_no_leftovers()
+
+
+class NamespaceCase(TrainingRun, NetnsTestCase, DdptrainCase):
+    """Elastic ddptrain agents, each in its own network namespace."""
+
+    def namespace_agent(self, k, nnodes, ck, final, **kw):
+        return self.start_node(k, nnodes, 1, self.training(ck, final), conf=CONF, extra=["--shutdown-grace=2"],
+                               env_extra={"GLOO_SOCKET_IFNAME": self.ifname[k], "OMP_NUM_THREADS": "1"}, **kw)
+
+    def cut_off(self, k):
+        r = ip("-n", self.ns[k], "link", "set", self.ifname[k], "down")
+        self.assertEqual(r.returncode, 0, r.stderr)
+
+
+@unittest.skipUnless(TORCH_OK, "PYTHON_EXEC cannot import torch (needed to compare parameters)")
+class PartitionedNodeTest(NamespaceCase):
     """Three nodes in three network namespaces; node 2's link goes down mid-run."""
 
     NODES = 3
 
     def test_a_partitioned_node_is_lost_and_the_survivors_finish_with_the_same_parameters(self):
-        ref = self.tmp / "uninterrupted.pt"
-        self.train(2, *TRAIN, "--save-final", ref, timeout=120)
+        ref = self.reference()
         ck, final = self.tmp / "ck", self.tmp / "final.pt"
-        program = [DDPTRAIN, *map(str, TRAIN), "--checkpoint-dir", str(ck), "--checkpoint-every", "50",
-                   "--save-final", str(final)]
-        launches = [self.start_node(k, "2:3", 1, program, conf=CONF, extra=["--shutdown-grace=2"],
-                                    env_extra={"GLOO_SOCKET_IFNAME": self.ifname[k], "OMP_NUM_THREADS": "1"})
-                    for k in range(3)]
-        if not wait_until(lambda: max(checkpoint_steps(ck), default=0) >= 100, 60):
-            self.fail("no checkpoint of step >= 100 within 60 s"
-                      + self.describe_all([self.current_output(l) for l in launches]))
-        r = ip("-n", self.ns[2], "link", "set", self.ifname[2], "down")
-        self.assertEqual(r.returncode, 0, r.stderr)
+        launches = [self.namespace_agent(k, "2:3", ck, final) for k in range(3)]
+        self.wait_for_checkpoint(ck, 100, launches)
+        self.cut_off(2)
         results = self.finish_all(launches, timeout=120)
         desc = self.describe_all(results)
         # The cut-off node loses the coordinator; the other two re-form without it.
@@ -120,7 +161,37 @@ class PartitionedNodeTest(NetnsTestCase, DdptrainCase):
 
 
 @unittest.skipUnless(TORCH_OK, "PYTHON_EXEC cannot import torch (needed to compare parameters)")
-class MultiNodePreemptionTest(MultiNodeTestCase, DdptrainCase):
+class PartitionedCoordinatorTest(NamespaceCase):
+    """Three nodes in namespaces 1-3 (namespace 0 holds the bridge), two coordinator
+    endpoints; the link of the node hosting the first goes down mid-run."""
+
+    NODES = 4
+
+    def test_the_cut_off_coordinator_ends_its_side_and_the_next_endpoint_runs_the_job(self):
+        ref = self.reference()
+        ck, final = self.tmp / "ck", self.tmp / "final.pt"
+        endpoints = f"{self.addr[1]}:{self.port},{self.addr[2]}:{self.port}"
+        # MIN is 1: only the majority rule keeps the cut-off coordinator from going on alone.
+        launches = [self.namespace_agent(k, "1:3", ck, final, node_rank=k - 1, endpoint=endpoints) for k in (1, 2, 3)]
+        self.wait_for_checkpoint(ck, 100, launches)
+        self.cut_off(1)
+        results = self.finish_all(launches, timeout=120)
+        desc = self.describe_all(results)
+        self.assertEqual([r.rc for r in results], [EXIT_NODE_LOST, 0, 0], desc)
+        self.assertIn("only 1 of the generation's 3 node(s) remain here, not a majority", results[0].err, desc)
+        self.assertNotIn("joining job", results[0].err.split("not a majority")[-1], desc)
+        self.assertIn(f"this agent now hosts the job's coordinator at {self.addr[2]}:{self.port} (epoch 1)",
+                      results[1].err, desc)
+        self.assertRegex(results[2].err, rf"failing over to the next coordinator endpoint {re.escape(self.addr[2])}",
+                         desc)
+        self.assertIn("continuing on 2 with the same global batch 12", results[1].out, desc)
+        (row,) = self.compare((final, ref))
+        self.assert_close(row, 1e-10, "3 ranks, the coordinator's node cut off, then 2 ranks vs 2 ranks throughout")
+        self.assert_no_leftovers()
+
+
+@unittest.skipUnless(TORCH_OK, "PYTHON_EXEC cannot import torch (needed to compare parameters)")
+class MultiNodePreemptionTest(TrainingRun, MultiNodeTestCase, DdptrainCase):
     """SIGTERM to one agent of two (Slurm's --signal on one node): every rank of the job
     stops after the same step, the job exits 75 on both nodes and resumes from there."""
 
@@ -140,9 +211,7 @@ class MultiNodePreemptionTest(MultiNodeTestCase, DdptrainCase):
         self.train(2, *self.ARGS, "--save-final", ref, timeout=120)
         ck = self.tmp / "ck"
         launches = self.agents(ck)
-        if not wait_until(lambda: max(checkpoint_steps(ck), default=0) >= 200, 60):
-            self.fail("no checkpoint at step 200 within 60 s"
-                      + self.describe_all([self.current_output(l) for l in launches]))
+        self.wait_for_checkpoint(ck, 200, launches)
         self.signal_launch(launches[1], signal.SIGTERM)
         results = self.finish_all(launches, timeout=90)
         desc = self.describe_all(results)
@@ -153,7 +222,7 @@ class MultiNodePreemptionTest(MultiNodeTestCase, DdptrainCase):
         stopped_at = int(m.group(1))
         self.assertEqual(max(checkpoint_steps(ck)), stopped_at, desc)
         for r in results:  # both nodes asked their ranks for the step the coordinator chose
-            self.assertIn(f"SIGTERM to ddplaunch on node 1 (", r.err, desc)
+            self.assertIn("SIGTERM to ddplaunch on node 1 (", r.err, desc)
             self.assertIn(f"asking the ranks to stop once they have completed step {stopped_at} and exit", r.err,
                           desc)
             self.assertNotIn("did not all stop", r.err, desc)

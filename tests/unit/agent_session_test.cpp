@@ -1,7 +1,8 @@
 // AgentSession against a scripted coordinator (CoordinatorCalls) and a clock
 // the test moves: joins and generations, a coordinator that stops answering,
 // verdicts that need retries, outcomes that need retries, a job-wide stop
-// heard with a heartbeat, a stop from the coordinator, a signal during join.
+// heard with a heartbeat, a stop from the coordinator, a signal during join,
+// and failover to the next coordinator endpoint when the coordinator is lost.
 // The session's heartbeat and watch threads are real; their pauses are
 // shortened to a millisecond, and every wait of the test is bounded.
 #include "agent/agent_session.h"
@@ -14,6 +15,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <thread>
 #include <condition_variable>
 #include <deque>
 #include <mutex>
@@ -47,9 +49,15 @@ class ScriptedCoordinator final : public CoordinatorCalls {
       while (!should_abort()) std::this_thread::sleep_for(1ms);
       return {StatusCode::kCancelled, "cancelled"};
     }
+    if (joins_unreachable > 0) {
+      --joins_unreachable;
+      return {StatusCode::kUnavailable, "cannot reach the coordinator: connection refused"};
+    }
     result.assignment.generation = give_generation.value_or(params.generation);
-    result.assignment.nnodes = 1;
-    result.assignment.world_size = params.nproc;
+    result.assignment.nnodes = give_nnodes;
+    result.assignment.restarts_used = give_restarts_used;
+    result.assignment.node_rank = params.node_rank < 0 ? 0 : params.node_rank;
+    result.assignment.world_size = params.nproc * give_nnodes;
     return Status::Ok();
   }
   Status heartbeat(int, int64_t, Duration, const std::vector<ForwardedReport>&, std::vector<int>*,
@@ -117,9 +125,25 @@ class ScriptedCoordinator final : public CoordinatorCalls {
   std::optional<JobStop> announced_stop;
   std::optional<std::string> stopping_reason;
   int report_failures = 0;
+  int joins_unreachable = 0;
+  int give_nnodes = 1;
+  int give_restarts_used = 0;
   bool block_joins = false;
   std::atomic<bool> unreachable{false};
   std::atomic<int> heartbeats{0};
+};
+
+// The job's endpoint list; records every move, and hosts when told to.
+class FakeFailover final : public CoordinatorFailover {
+ public:
+  int endpoints() const override { return 3; }
+  std::string endpoint(int epoch) const override { return "node" + std::to_string(epoch) + ":29400"; }
+  bool move_to(const Takeover& takeover) override {
+    moves.push_back(takeover);
+    return host;
+  }
+  std::vector<Takeover> moves;
+  bool host = false;
 };
 
 GenerationView verdict(GenerationState state, int exit_code = 0, std::string reason = "", bool membership = false) {
@@ -277,6 +301,111 @@ TEST_F(AgentSessionTest, ASignalDuringJoinGivesUpWith128PlusIt) {
   sigtimedwait(&hup, nullptr, &none);  // take the signal back
   pthread_sigmask(SIG_SETMASK, &old, nullptr);
   EXPECT_EQ(code, exit_code::for_signal(SIGHUP));
+}
+
+class AgentSessionFailoverTest : public AgentSessionTest {
+ protected:
+  AgentSessionFailoverTest() {
+    session = std::make_unique<AgentSession>(settings, coordinator, clock, wakeup, health, &failover);
+    coordinator.give_nnodes = 3;
+    coordinator.give_restarts_used = 1;
+  }
+  // The coordinator stops answering heartbeats for longer than its timeout.
+  void lose_the_coordinator() {
+    coordinator.unreachable = true;
+    // The heartbeat thread has read the clock (and failed) before it moves.
+    const int before = coordinator.heartbeats.load();
+    ASSERT_TRUE(eventually([&] { return coordinator.heartbeats.load() > before + 1; }));
+    clock.advance(16s);
+    ASSERT_TRUE(eventually([&] { return session->stop_requested(); }));
+    uint64_t count = 0;
+    ASSERT_EQ(read(wakeup, &count, sizeof count), static_cast<ssize_t>(sizeof count)) << "the event loop was woken";
+    coordinator.unreachable = false;
+  }
+  FakeFailover failover;
+};
+
+TEST_F(AgentSessionFailoverTest, ALostCoordinatorFailsOverToTheNextEndpointWhereTheNodeJoinsTheNextGeneration) {
+  settings.node_rank = 2;
+  session = std::make_unique<AgentSession>(settings, coordinator, clock, wakeup, health, &failover);
+  failover.host = true;
+  session->join();
+  ASSERT_NO_FATAL_FAILURE(lose_the_coordinator());
+  AttemptSummary stopped;
+  stopped.stop_requested = true;
+  const Verdict v = session->conclude(stopped);
+  EXPECT_TRUE(v.restart);
+  EXPECT_TRUE(v.membership_change) << "the restart budget is untouched";
+  EXPECT_NE(v.reason.find("failing over to the next coordinator endpoint node1:29400 (epoch 1, hosted by this agent)"),
+            std::string::npos)
+      << v.reason;
+  ASSERT_EQ(failover.moves.size(), 1u);
+  const Takeover& t = failover.moves[0];
+  EXPECT_EQ(t.epoch, 1);
+  EXPECT_EQ(t.skipped, 0);
+  EXPECT_EQ(t.generation, 1);
+  EXPECT_EQ(t.restarts_used, 1);
+  EXPECT_EQ(t.previous_nnodes, 3);
+  EXPECT_EQ(session->epoch(), 1);
+  EXPECT_TRUE(coordinator.reports.empty()) << "nobody to report to";
+  session->join();
+  EXPECT_EQ(coordinator.joins.back().generation, 1);
+  EXPECT_EQ(coordinator.joins.back().node_rank, 2) << "a survivor asks for its rank again";
+  EXPECT_TRUE(coordinator.joins.back().hosts_coordinator);
+}
+
+TEST_F(AgentSessionFailoverTest, AJoinThatCannotReachTheNextEndpointMovesOnToTheOneAfter) {
+  session->join();
+  ASSERT_NO_FATAL_FAILURE(lose_the_coordinator());
+  AttemptSummary stopped;
+  stopped.stop_requested = true;
+  ASSERT_TRUE(session->conclude(stopped).restart);
+  coordinator.joins_unreachable = 1;
+  session->join();
+  ASSERT_EQ(failover.moves.size(), 2u);
+  EXPECT_EQ(failover.moves[1].epoch, 2);
+  EXPECT_EQ(failover.moves[1].skipped, 1) << "a skipped endpoint needs a strict majority";
+  EXPECT_EQ(failover.moves[1].generation, 1);
+  EXPECT_EQ(session->epoch(), 2);
+  EXPECT_EQ(coordinator.joins.size(), 3u);
+}
+
+TEST_F(AgentSessionFailoverTest, ACoordinatorLostWhileTheVerdictIsAwaitedFailsOverToo) {
+  session->join();
+  // The verdict polls fail (no verdicts scripted) while the clock passes the timeout.
+  std::atomic<bool> done{false};
+  std::thread mover([&] {
+    while (!done.load()) {
+      clock.advance(1s);
+      std::this_thread::sleep_for(1ms);
+    }
+  });
+  const Verdict v = session->conclude(ended_well);
+  done = true;
+  mover.join();
+  EXPECT_TRUE(v.restart);
+  EXPECT_NE(v.reason.find("lost the coordinator at node0:29400 while waiting for the job's verdict"),
+            std::string::npos)
+      << v.reason;
+  ASSERT_EQ(failover.moves.size(), 1u);
+  EXPECT_EQ(failover.moves[0].epoch, 1);
+}
+
+TEST_F(AgentSessionFailoverTest, AtTheLastEndpointALostCoordinatorEndsTheNode) {
+  AttemptSummary stopped;
+  stopped.stop_requested = true;
+  session->join();
+  for (int epoch = 1; epoch <= 2; ++epoch) {
+    ASSERT_NO_FATAL_FAILURE(lose_the_coordinator());
+    ASSERT_TRUE(session->conclude(stopped).restart);
+    ASSERT_EQ(session->epoch(), epoch);
+    session->join();
+  }
+  ASSERT_NO_FATAL_FAILURE(lose_the_coordinator());
+  const Verdict v = session->conclude(stopped);
+  EXPECT_FALSE(v.restart);
+  EXPECT_EQ(v.exit_code, exit_code::kRendezvous);
+  EXPECT_EQ(failover.moves.size(), 2u);
 }
 
 }  // namespace

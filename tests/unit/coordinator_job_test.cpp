@@ -23,8 +23,8 @@ using namespace std::chrono_literals;
 // The job with its clock and ID source. Shared so that a thread left behind
 // by a deadlock (see finishes_within) keeps everything it touches alive.
 struct Harness {
-  explicit Harness(const JobConfig& config)
-      : ids(make_random_id_source()), job("job-1", "secret-token-0123", config, clock, *ids) {}
+  explicit Harness(const JobConfig& config, const std::optional<Takeover>& takeover = std::nullopt)
+      : ids(make_random_id_source()), job("job-1", "secret-token-0123", config, clock, *ids, takeover) {}
   FakeClock clock;
   std::unique_ptr<UniqueIdSource> ids;
   CoordinatorJob job;
@@ -1369,6 +1369,123 @@ TEST_F(MembershipTest, ANodeWhoseWorkersKeepFailingIsExcludedAndToldTheJobIsOver
   EXPECT_EQ(back->status.code(), StatusCode::kFailedPrecondition);
   EXPECT_NE(back->status.message().find("excluded"), std::string::npos);
   EXPECT_EQ(nlohmann::json::parse(job().status_json())["restarts_used"], 2);
+}
+
+// ---------------------------------------------------------------- failover
+
+class FailoverTest : public MembershipTest {
+ protected:
+  // An elastic 1:3 job at endpoint `epoch` of `endpoints`.
+  void make_failover(int epoch, int endpoints, const std::optional<Takeover>& takeover = std::nullopt) {
+    JobConfig config;
+    config.nnodes = 3;
+    config.min_nnodes = 1;
+    config.nproc = 1;
+    config.node_timeout = 5s;
+    config.last_call_timeout = 2s;
+    config.epoch = epoch;
+    config.endpoints = endpoints;
+    h = std::make_shared<Harness>(config, takeover);
+  }
+  // Nodes 1 and 2 fall silent past node_timeout while node 0 keeps beating.
+  void lose_nodes_1_and_2(int64_t generation) {
+    for (int i = 0; i < 6; ++i) {
+      clock().advance(1s);
+      heartbeat(0, generation);
+      job().tick();
+    }
+  }
+};
+
+TEST_F(FailoverTest, ACoordinatorCutOffFromTheMajorityEndsItsSideEvenWhenMinWouldAllowIt) {
+  make_failover(/*epoch=*/0, /*endpoints=*/2);
+  form({host(0), host(1), host(2)}, 0);
+  lose_nodes_1_and_2(0);
+  auto verdict = watch_as(0, 0, GenerationState::kStopping);
+  EXPECT_TRUE(report(0, 0, 1, false, 0, "rank 0 failed: exit code 1 (its peers vanished)").ok());
+  ASSERT_EQ(verdict->calls, 1);
+  EXPECT_EQ(verdict->view.state, GenerationState::kFinished);
+  EXPECT_EQ(verdict->view.exit_code, exit_code::kNodeLost);
+  EXPECT_NE(verdict->view.reason.find("only 1 of the generation's 3 node(s) remain here, not a majority"),
+            std::string::npos)
+      << verdict->view.reason;
+  // The partition heals: the old coordinator never forms a world again.
+  auto late = join(elastic_params(host(0), 1));
+  ASSERT_EQ(late->calls, 1);
+  EXPECT_FALSE(late->status.ok());
+}
+
+TEST_F(FailoverTest, WithoutALaterEndpointTheSameLossShrinksTheJobAsMinAllows) {
+  make_failover(/*epoch=*/1, /*endpoints=*/2);
+  form({host(0), host(1), host(2)}, 0);
+  lose_nodes_1_and_2(0);
+  EXPECT_TRUE(report(0, 0, 1, false, 0, "rank 0 failed").ok());
+  auto verdict = watch_as(0, 0, GenerationState::kStopping);
+  ASSERT_EQ(verdict->calls, 1);
+  EXPECT_EQ(verdict->view.state, GenerationState::kRestarting);
+  EXPECT_TRUE(verdict->view.membership_change);
+}
+
+TEST_F(FailoverTest, ACallFromALaterEpochFencesTheOldCoordinatorWhichEndsItsCopyOfTheJob) {
+  make_failover(/*epoch=*/0, /*endpoints=*/2);
+  form({host(0), host(1), host(2)}, 0);
+  auto running = watch_as(0, 0, GenerationState::kRunning);
+  EXPECT_TRUE(job().check_epoch(0).ok());
+  const Status fenced = job().check_epoch(1);
+  EXPECT_EQ(fenced.code(), StatusCode::kFailedPrecondition);
+  EXPECT_NE(fenced.message().find("replaced by epoch 1"), std::string::npos) << fenced.message();
+  ASSERT_EQ(running->calls, 1);
+  EXPECT_EQ(running->view.state, GenerationState::kFinished) << "its own nodes stop at once";
+  EXPECT_EQ(running->view.exit_code, exit_code::kNodeLost);
+  EXPECT_NE(running->view.reason.find("has taken the job over"), std::string::npos) << running->view.reason;
+  auto again = join(elastic_params(host(1), 1));
+  EXPECT_FALSE(again->status.ok());
+  EXPECT_TRUE(job().finished());
+}
+
+TEST_F(FailoverTest, TheNextEndpointTakesTheJobOverWithTheSurvivorsInTheNextGeneration) {
+  Takeover t;
+  t.epoch = 1;
+  t.generation = 4;
+  t.restarts_used = 2;
+  t.previous_nnodes = 3;
+  make_failover(1, 2, t);
+  // Both survivors of the 3-node world: it forms at once, without the last call.
+  auto outs = form({host(1), host(2)}, 4);
+  EXPECT_EQ(outs[0]->assignment.generation, 4);
+  EXPECT_EQ(outs[0]->assignment.nnodes, 2);
+  EXPECT_EQ(outs[0]->assignment.restarts_used, 2);
+  EXPECT_EQ(nlohmann::json::parse(job().status_json())["generation"], 4);
+}
+
+TEST_F(FailoverTest, ATakeoverFormsWithAQuorumAfterTheLastCallButNotWithLess) {
+  Takeover t;
+  t.epoch = 1;
+  t.generation = 1;
+  t.previous_nnodes = 4;  // half of 4 suffices at the next endpoint
+  EXPECT_EQ(takeover_quorum(t), 2);
+  make_failover(1, 3, t);
+  auto outs = form({host(1), host(2)}, 1, /*at_once=*/false);
+  EXPECT_EQ(outs[0]->assignment.nnodes, 2);
+
+  t.skipped = 1;  // a side that skipped an endpoint needs more than half
+  EXPECT_EQ(takeover_quorum(t), 3);
+  make_failover(2, 3, t);
+  auto alone = join(elastic_params(host(3), 1));
+  auto second = join(elastic_params(host(2), 1));
+  clock().advance(3s);  // past the last call: 2 of 4 are no quorum
+  job().tick();
+  EXPECT_EQ(alone->calls, 0);
+  clock().advance(2 * 5s + 2s);  // past the takeover's deadline
+  job().tick();
+  ASSERT_EQ(alone->calls, 1);
+  ASSERT_EQ(second->calls, 1);
+  EXPECT_EQ(alone->status.code(), StatusCode::kFailedPrecondition);
+  EXPECT_NE(alone->status.message().find("only 2 of the 4 node(s) of generation 0 reached this coordinator"),
+            std::string::npos)
+      << alone->status.message();
+  EXPECT_TRUE(job().finished());
+  EXPECT_EQ(job().current_view().exit_code, exit_code::kNodeLost);
 }
 
 }  // namespace

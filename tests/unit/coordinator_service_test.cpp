@@ -46,7 +46,7 @@ class CoordinatorServiceTest : public ::testing::Test {
 // listens: the hosted job must exist by then, or the joiner makes a job of
 // its own that nobody else joins.
 TEST(CoordinatorServerHostedJob, ExistsBeforeTheFirstJoinCanArrive) {
-  CoordinatorServer hosting(ServerAddress{"127.0.0.1", 0}, TlsFiles{}, {}, HostedJob{"own", "secret", {2, 4, 0}});
+  CoordinatorServer hosting(ServerAddress{"127.0.0.1", 0}, TlsFiles{}, {}, HostedJob{"own", "secret", {2, 4, 0}, std::nullopt});
   std::shared_ptr<CoordinatorJob> job;
   EXPECT_TRUE(hosting.coordinator().find("own", "secret", job).ok());
   // A joiner cannot make a job of that id from its own view any more.

@@ -3,9 +3,11 @@
 #include <gtest/gtest.h>
 
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "exit_codes.h"
+#include "membership/failover.h"
 
 namespace ddp {
 namespace {
@@ -187,6 +189,55 @@ TEST(GenerationEnd, PreemptionFinishesTheJobForARequeue) {
   const auto end = decide_generation_end(nodes_of({stopped(0), drained}), drained, elastic(1, 2, 5));
   EXPECT_FALSE(end.restart);
   EXPECT_EQ(end.exit_code, exit_code::kRequeue);
+}
+
+// ---------------------------------------------------------------- failover majority
+
+TEST(GenerationEnd, WhileAnotherEndpointCouldTakeOverOnlyAMajorityReforms) {
+  MembershipRules rules = elastic(1, 4);
+  rules.majority_needed = true;
+  // 2 of 3 remain: a majority.
+  auto end = decide_generation_end(nodes_of({stopped(0), stopped(1), lost(2)}), lost(2), rules);
+  EXPECT_TRUE(end.membership_change);
+  // 1 of 3 remains: the others may be failing over; MIN would allow 1, the majority rule does not.
+  end = decide_generation_end(nodes_of({stopped(0), lost(1), lost(2)}), lost(1), rules);
+  EXPECT_FALSE(end.restart);
+  EXPECT_EQ(end.exit_code, exit_code::kNodeLost);
+  EXPECT_NE(end.reason.find("only 1 of the generation's 3 node(s) remain here, not a majority"), std::string::npos)
+      << end.reason;
+  // 2 of 4 is a tie, which this side (the old coordinator's) never wins.
+  end = decide_generation_end(nodes_of({stopped(0), stopped(1), lost(2), lost(3)}), lost(2), rules);
+  EXPECT_FALSE(end.restart);
+  // Without another endpoint the same loss shrinks the job.
+  rules.majority_needed = false;
+  end = decide_generation_end(nodes_of({stopped(0), lost(1), lost(2)}), lost(1), rules);
+  EXPECT_TRUE(end.membership_change);
+}
+
+TEST(GenerationEnd, NodesThatLeftOnASignalDoNotCountAgainstTheMajority) {
+  MembershipRules rules = elastic(1, 4);
+  rules.majority_needed = true;
+  NodeOutcome left = failed(1, exit_code::for_signal(15));
+  left.leaving = true;
+  // Node 1 left (it runs nowhere); of the other 3, 2 remain.
+  const auto end = decide_generation_end(nodes_of({stopped(0), left, stopped(2), lost(3)}), lost(3), rules);
+  EXPECT_TRUE(end.membership_change) << end.reason;
+}
+
+TEST(FailoverQuorum, TheNextEndpointWinsATieAndASkippingSideNeedsAStrictMajority) {
+  Takeover t;
+  for (const auto& [previous, quorum, skipping_quorum] :
+       std::vector<std::tuple<int, int, int>>{{1, 1, 1}, {2, 1, 2}, {3, 2, 2}, {4, 2, 3}, {5, 3, 3}}) {
+    t.previous_nnodes = previous;
+    t.skipped = 0;
+    EXPECT_EQ(takeover_quorum(t), quorum) << previous;
+    t.skipped = 1;
+    EXPECT_EQ(takeover_quorum(t), skipping_quorum) << previous;
+  }
+  EXPECT_TRUE(majority_needed(0, 2));
+  EXPECT_FALSE(majority_needed(1, 2));
+  EXPECT_TRUE(keeps_majority(2, 3));
+  EXPECT_FALSE(keeps_majority(2, 4));
 }
 
 }  // namespace

@@ -194,6 +194,40 @@ TEST(LaunchPlanTorchrun, ElasticNodeCountsAndLastCall) {
   EXPECT_THROW(plan_of({"--nnodes=0:1", "true"}), UsageError);
 }
 
+TEST(LaunchPlanFailover, AnEndpointListGivesTheLaterEndpointsInOrderWithTheFirstsPortByDefault) {
+  const auto p = plan_of({"--nnodes=1:3", "--node-rank=1", "--rdzv-endpoint=192.0.2.1:29400,192.0.2.2,[fd00::3]:7000",
+                          "true"});
+  EXPECT_EQ(p.rdzv_host, "192.0.2.1");
+  EXPECT_EQ(p.rdzv_port, 29400);
+  ASSERT_EQ(p.later_endpoints.size(), 2u);
+  EXPECT_EQ(p.later_endpoints[0].host, "192.0.2.2");
+  EXPECT_EQ(p.later_endpoints[0].port, 29400);
+  EXPECT_EQ(p.later_endpoints[1].host, "fd00::3");
+  EXPECT_EQ(p.later_endpoints[1].port, 7000);
+  EXPECT_TRUE(plan_of({"--nnodes=1:3", "--node-rank=1", "--rdzv-endpoint=192.0.2.1", "true"}).later_endpoints.empty());
+}
+
+TEST(LaunchPlanFailover, ABadListIsRefusedByName) {
+  auto message = [](std::vector<std::string> args) {
+    try {
+      plan_of(std::move(args));
+    } catch (const UsageError& e) {
+      return std::string(e.what());
+    }
+    return std::string("accepted");
+  };
+  EXPECT_THAT(message({"--nnodes=3", "--node-rank=1", "--rdzv-endpoint=192.0.2.1,192.0.2.2", "true"}),
+              HasSubstr("needs an elastic job (--nnodes=MIN:MAX"));
+  EXPECT_THAT(message({"--nnodes=1:3", "--node-rank=1", "--rdzv-endpoint=192.0.2.1,,192.0.2.2", "true"}),
+              HasSubstr("an empty entry in the list"));
+  EXPECT_THAT(message({"--nnodes=1:3", "--node-rank=1", "--rdzv-endpoint=192.0.2.1,", "true"}),
+              HasSubstr("an empty entry in the list"));
+  EXPECT_THAT(message({"--nnodes=1:3", "--node-rank=1", "--rdzv-endpoint=192.0.2.1,192.0.2.1:29400", "true"}),
+              HasSubstr("'192.0.2.1:29400' is listed twice"));
+  EXPECT_THAT(message({"--nnodes=1:3", "--node-rank=1", "--rdzv-endpoint=192.0.2.1,192.0.2.2:x", "true"}),
+              HasSubstr("--rdzv-endpoint entry '192.0.2.2:x'"));
+}
+
 TEST(LaunchPlanTorchrun, LegacyLocalRankArgumentGoesRightAfterTheProgram) {
   EXPECT_EQ(plan_of({"--legacy-local-rank-arg", "--no-python", "true", "a", "b"}).local_rank_arg_at, 1);
   EXPECT_EQ(plan_of({"true"}).local_rank_arg_at, -1);

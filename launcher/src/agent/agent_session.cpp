@@ -27,8 +27,13 @@ int pending_stop_signal() {
 }  // namespace
 
 AgentSession::AgentSession(AgentSettings settings, CoordinatorCalls& calls, const Clock& clock, int wakeup_fd,
-                           WorkerHealthBoard& health)
-    : settings_(std::move(settings)), wakeup_fd_(wakeup_fd), health_(health), calls_(calls), clock_(clock) {
+                           WorkerHealthBoard& health, CoordinatorFailover* failover)
+    : settings_(std::move(settings)),
+      wakeup_fd_(wakeup_fd),
+      health_(health),
+      calls_(calls),
+      clock_(clock),
+      failover_(failover) {
   // Stacks go to the coordinator at once: it holds the hung job's report for them.
   health_.set_stacks_listener([this] {
     {
@@ -68,8 +73,19 @@ Assignment AgentSession::join() {
                elastic ? fmt::format("{}:{}", settings_.min_nnodes, settings_.nnodes) : std::to_string(settings_.nnodes));
   JoinResult result;
   int signal = 0;
-  const Status s = calls_.join(p, settings_.max_restarts, settings_.join_timeout, result,
-                                [&signal] { return (signal = pending_stop_signal()) != 0; });
+  Status s;
+  for (;;) {
+    p.hosts_coordinator = settings_.hosts_coordinator;
+    // After a failover the new coordinator answers by its takeover deadline
+    // (CoordinatorJob): longer silence means nobody hosts that endpoint.
+    const Duration timeout = takeover_ ? std::min(settings_.join_timeout,
+                                                  3 * settings_.coordinator_timeout + settings_.last_call_timeout)
+                                       : settings_.join_timeout;
+    s = calls_.join(p, settings_.max_restarts, timeout, result,
+                    [&signal] { return (signal = pending_stop_signal()) != 0; });
+    const bool unreachable = s.code() == StatusCode::kUnavailable || s.code() == StatusCode::kDeadlineExceeded;
+    if (signal != 0 || s.ok() || !takeover_ || !unreachable || !move_on(s.message())) break;
+  }
   if (signal != 0) {
     spdlog::warn("received {} while waiting for the other nodes; giving up", signal_name(signal));
     throw PlanError(exit_code::for_signal(signal), "interrupted");
@@ -80,6 +96,7 @@ Assignment AgentSession::join() {
     throw PlanError(exit_code::kRendezvous, "rendezvous failed: " + s.message());
   }
   assignment_ = result.assignment;
+  takeover_.reset();
   spdlog::info("joined as node {} of {}: ranks {}..{} of {}, MASTER_ADDR={} MASTER_PORT={}", assignment_.node_rank,
                assignment_.nnodes, assignment_.rank_start, assignment_.rank_start + settings_.nproc - 1,
                assignment_.world_size, assignment_.master_addr, assignment_.master_port);
@@ -248,8 +265,8 @@ Verdict AgentSession::conclude(const AttemptSummary& summary) {
   const int64_t generation = assignment_.generation;
   stop_threads();
   if (coordinator_lost_) {
-    spdlog::error("{}; giving up", stop_reason());
-    return Verdict::finish(exit_code::kRendezvous);
+    coordinator_lost_ = false;
+    return fail_over(stop_reason());
   }
   const NodeOutcome outcome = outcome_of(summary);
   if (!outcome.success && !outcome.stopped) {
@@ -280,9 +297,8 @@ Verdict AgentSession::await_verdict(int64_t generation) {
     const auto now = clock_.now();
     if (!s.ok()) {
       if (now - last_ok > settings_.coordinator_timeout) {
-        spdlog::error("lost the coordinator at {} while waiting for the job's verdict: {}", settings_.endpoint,
-                      s.message());
-        return Verdict::finish(exit_code::kRendezvous);
+        return fail_over(fmt::format("lost the coordinator at {} while waiting for the job's verdict: {}",
+                                     settings_.endpoint, s.message()));
       }
       std::this_thread::sleep_for(100ms);
       continue;
@@ -301,6 +317,44 @@ Verdict AgentSession::await_verdict(int64_t generation) {
       return Verdict::finish(view.exit_code, view.reason);
     }
   }
+}
+
+Verdict AgentSession::fail_over(const std::string& why) {
+  if (failover_ == nullptr || epoch_ + 1 >= failover_->endpoints()) {
+    spdlog::error("{}; giving up", why);
+    return Verdict::finish(exit_code::kRendezvous, why);
+  }
+  Takeover t;
+  t.epoch = epoch_ + 1;
+  t.generation = assignment_.generation + 1;
+  t.restarts_used = assignment_.restarts_used;
+  t.previous_nnodes = assignment_.nnodes;
+  takeover_ = t;
+  settings_.hosts_coordinator = failover_->move_to(t);
+  epoch_ = t.epoch;
+  settings_.endpoint = failover_->endpoint(epoch_);
+  next_generation_ = t.generation;
+  std::string reason =
+      fmt::format("{}; failing over to the next coordinator endpoint {} (epoch {}{}), where the surviving nodes "
+                  "re-join as generation {} (a membership change: the restart budget is untouched)",
+                  why, settings_.endpoint, epoch_, settings_.hosts_coordinator ? ", hosted by this agent" : "",
+                  t.generation);
+  spdlog::warn("{}", reason);
+  return Verdict::restart_job(std::move(reason), /*membership=*/true);
+}
+
+bool AgentSession::move_on(const std::string& why) {
+  if (failover_ == nullptr || epoch_ + 1 >= failover_->endpoints()) return false;
+  Takeover t = *takeover_;
+  ++t.skipped;
+  t.epoch = epoch_ + 1;
+  takeover_ = t;
+  spdlog::warn("cannot reach the coordinator at {} ({}); moving on to {} (epoch {})", settings_.endpoint, why,
+               failover_->endpoint(t.epoch), t.epoch);
+  settings_.hosts_coordinator = failover_->move_to(t);
+  epoch_ = t.epoch;
+  settings_.endpoint = failover_->endpoint(epoch_);
+  return true;
 }
 
 }  // namespace ddp

@@ -11,6 +11,11 @@
 // long the coordinator has been unreachable); its waits between calls are
 // real time.
 //
+// When the coordinator is lost and the job lists more endpoints, the session
+// fails over (CoordinatorFailover): the next endpoint's coordinator takes the
+// job over, and this node re-joins it in the next generation as a membership
+// change. A join there that cannot reach it moves on to the one after.
+//
 // Threading: join()/conclude() run on the event-loop thread; a heartbeat
 // thread and a watch thread run per generation and touch only atomics, their
 // mutex-guarded fields and the thread-safe calls. The destructor stops them.
@@ -22,6 +27,7 @@
 #include <string>
 #include <thread>
 
+#include "agent/coordinator_failover.h"
 #include "agent/worker_health_board.h"
 #include "coordinator/coordinator_calls.h"
 #include "supervise/supervisor.h"
@@ -58,8 +64,9 @@ class AgentSession final : public AttemptArbiter {
   /// loop watches; written when the job is stopping elsewhere (not owned).
   /// health: this node's worker heartbeats, forwarded with each agent
   /// heartbeat (not owned; outlives the session).
+  /// failover: the job's later endpoints (not owned; null: none).
   AgentSession(AgentSettings settings, CoordinatorCalls& calls, const Clock& clock, int wakeup_fd,
-               WorkerHealthBoard& health);
+               WorkerHealthBoard& health, CoordinatorFailover* failover = nullptr);
   ~AgentSession() override;
 
   /// Joins the next generation (0 at first, then the one after each restart
@@ -86,6 +93,8 @@ class AgentSession final : public AttemptArbiter {
   Verdict conclude(const AttemptSummary& summary) override;
 
   const Assignment& assignment() const { return assignment_; }
+  /// The coordinator's epoch this agent is with (its endpoint's place in the list).
+  int epoch() const { return epoch_; }
 
  private:
   void start_threads(int64_t generation);
@@ -97,6 +106,11 @@ class AgentSession final : public AttemptArbiter {
   void note_job_stop(const JobStop& stop);
   NodeOutcome outcome_of(const AttemptSummary& summary) const;
   Verdict await_verdict(int64_t generation);
+  /// The coordinator is lost (why): the next endpoint takes the job over, or
+  /// the job is over for this node when there is none.
+  Verdict fail_over(const std::string& why);
+  /// Moves to the endpoint after takeover_.epoch (skipping one); false when none is left.
+  bool move_on(const std::string& why);
 
   AgentSettings settings_;
   int wakeup_fd_;
@@ -105,6 +119,9 @@ class AgentSession final : public AttemptArbiter {
   const Clock& clock_;
   Assignment assignment_;
   int64_t next_generation_ = 0;  // event-loop thread only
+  CoordinatorFailover* failover_;
+  int epoch_ = 0;                     // event-loop thread only
+  std::optional<Takeover> takeover_;  // the failover under way, until a world forms there
   std::atomic<bool> threads_stop_{false};
   std::mutex sleep_mutex_;
   std::condition_variable wake_threads_;  // ends the heartbeat thread's sleep at once

@@ -55,7 +55,9 @@ std::optional<LaunchOptions> parse_launch_options(int argc, const char* const* a
   add(app, "rdzv-backend", o.rdzv_backend, "static or c10d: both are ddplaunch's own coordinator")
       ->check(CLI::IsMember({"static", "c10d", "etcd", "etcd-v2"}))
       ->capture_default_str();
-  app.add_option(spellings("rdzv-endpoint"), o.rdzv_endpoint, "HOST[:PORT] of the coordinator (node 0's agent)");
+  app.add_option(spellings("rdzv-endpoint"), o.rdzv_endpoint,
+                 "HOST[:PORT] of the coordinator (node 0's agent); an elastic job may list more, HOST1:PORT,HOST2:PORT, "
+                 "to fail over to the next when the first's node is lost");
   app.add_option(spellings("rdzv-id"), o.run_id,
                  "the id every node of the job shares (TORCHELASTIC_RUN_ID); default: from the scheduler, else "
                  "torchrun's 'none' for multi-node jobs, a fresh one for single-node jobs");

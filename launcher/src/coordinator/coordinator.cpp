@@ -9,27 +9,35 @@ namespace ddp {
 Coordinator::Coordinator(const Clock& clock, UniqueIdSource& ids, CoordinatorOptions options)
     : clock_(clock), ids_(ids), options_(options) {}
 
-void Coordinator::create_job(const std::string& job_id, const std::string& token, const JobConfig& config) {
+void Coordinator::create_job(const std::string& job_id, const std::string& token, const JobConfig& config,
+                             const std::optional<Takeover>& takeover) {
   JobConfig c = config;
   c.node_timeout = options_.node_timeout;
   std::lock_guard<std::mutex> lock(mutex_);
   if (jobs_.count(job_id) != 0) throw std::logic_error(fmt::format("job '{}' exists already", job_id));
-  jobs_[job_id] = {std::make_shared<CoordinatorJob>(job_id, token, c, clock_, ids_), std::nullopt};
+  jobs_[job_id] = {std::make_shared<CoordinatorJob>(job_id, token, c, clock_, ids_, takeover), std::nullopt};
 }
 
-Status Coordinator::find(const std::string& job_id, const std::string& token, std::shared_ptr<CoordinatorJob>& job) {
-  std::lock_guard<std::mutex> lock(mutex_);
-  auto it = jobs_.find(job_id);
-  if (it == jobs_.end()) return {StatusCode::kNotFound, fmt::format("unknown job '{}'", job_id)};
-  if (!it->second.job->token_matches(token)) {
-    return {StatusCode::kUnauthenticated, fmt::format("wrong token for job '{}'", job_id)};
+Status Coordinator::find(const std::string& job_id, const std::string& token, std::shared_ptr<CoordinatorJob>& job,
+                         int epoch) {
+  std::shared_ptr<CoordinatorJob> found;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    auto it = jobs_.find(job_id);
+    if (it == jobs_.end()) return {StatusCode::kNotFound, fmt::format("unknown job '{}'", job_id)};
+    if (!it->second.job->token_matches(token)) {
+      return {StatusCode::kUnauthenticated, fmt::format("wrong token for job '{}'", job_id)};
+    }
+    found = it->second.job;
   }
-  job = it->second.job;
+  // Outside the registry's lock: fencing a job runs its callbacks.
+  if (Status s = found->check_epoch(epoch); !s.ok()) return s;
+  job = std::move(found);
   return Status::Ok();
 }
 
 Status Coordinator::find_for_join(const std::string& job_id, const std::string& token, const JobConfig& joiner_view,
-                                  std::shared_ptr<CoordinatorJob>& job) {
+                                  std::shared_ptr<CoordinatorJob>& job, int epoch) {
   {
     std::lock_guard<std::mutex> lock(mutex_);
     if (jobs_.count(job_id) == 0) {
@@ -42,7 +50,7 @@ Status Coordinator::find_for_join(const std::string& job_id, const std::string& 
       jobs_[job_id] = {std::make_shared<CoordinatorJob>(job_id, token, c, clock_, ids_), std::nullopt};
     }
   }
-  return find(job_id, token, job);
+  return find(job_id, token, job, epoch);
 }
 
 void Coordinator::tick() {

@@ -38,13 +38,18 @@ class Coordinator {
   /// Registers a job before any join (the embedded coordinator's own job).
   /// Throws std::logic_error when the id exists already: replacing a job
   /// would orphan the joins parked on it.
-  void create_job(const std::string& job_id, const std::string& token, const JobConfig& config);
+  /// takeover: the job continues one whose coordinator was lost (failover).
+  void create_job(const std::string& job_id, const std::string& token, const JobConfig& config,
+                  const std::optional<Takeover>& takeover = std::nullopt);
   /// The job of an RPC: NotFound for an unknown id, Unauthenticated for a
-  /// wrong token (the token itself is never put in a message).
-  Status find(const std::string& job_id, const std::string& token, std::shared_ptr<CoordinatorJob>& job);
+  /// wrong token (the token itself is never put in a message),
+  /// FailedPrecondition for a caller of a later epoch (the job has been
+  /// taken over elsewhere: CoordinatorJob::check_epoch).
+  Status find(const std::string& job_id, const std::string& token, std::shared_ptr<CoordinatorJob>& job,
+              int epoch = 0);
   /// Like find(), but a first join creates the job from the joiner's view.
   Status find_for_join(const std::string& job_id, const std::string& token, const JobConfig& joiner_view,
-                       std::shared_ptr<CoordinatorJob>& job);
+                       std::shared_ptr<CoordinatorJob>& job, int epoch = 0);
   /// Ticks every job; forgets jobs finished longer ago than the retention.
   void tick();
   /// Answers every parked call of every job with Unavailable.

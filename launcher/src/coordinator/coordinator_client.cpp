@@ -60,7 +60,15 @@ std::string join_wait_reason(grpc_connectivity_state state, const std::string& e
 
 CoordinatorClient::CoordinatorClient(const std::string& target, const std::string& job_id, const std::string& token,
                                      const TlsFiles& tls)
-    : endpoint_(target), job_id_(job_id), token_(token) {
+    : tls_(tls), job_id_(job_id), token_(token) {
+  current_ = connect(target, 0);
+}
+
+std::shared_ptr<const CoordinatorClient::Connection> CoordinatorClient::connect(const std::string& target,
+                                                                                 int epoch) const {
+  auto c = std::make_shared<Connection>();
+  c->endpoint = target;
+  c->epoch = epoch;
   grpc::ChannelArguments args;
   // Keep one connection per agent: thousands of parked calls multiplex on it.
   args.SetInt(GRPC_ARG_ENABLE_RETRIES, 1);
@@ -72,34 +80,56 @@ CoordinatorClient::CoordinatorClient(const std::string& target, const std::strin
   // A name whose address changes (a rescheduled pod) is looked up again at
   // most every second on reconnection, not gRPC's default 30 s.
   args.SetInt(GRPC_ARG_DNS_MIN_TIME_BETWEEN_RESOLUTIONS_MS, 1000);
-  channel_ = grpc::CreateCustomChannel(target, channel_credentials(tls), args);
-  stub_ = pb::Coordinator::NewStub(channel_);
+  c->channel = grpc::CreateCustomChannel(target, channel_credentials(tls_), args);
+  c->stub = pb::Coordinator::NewStub(c->channel);
   std::string why;
   if (const auto endpoint = parse_host_port(target, why); endpoint && endpoint->port) {
-    diagnosis_ = std::make_unique<ConnectionDiagnosis>(
-        coordinator_reachability_probe(endpoint->host, *endpoint->port, channel_, !tls.ca.empty() || tls.enabled()));
+    c->diagnosis = std::make_unique<ConnectionDiagnosis>(coordinator_reachability_probe(
+        endpoint->host, *endpoint->port, c->channel, !tls_.ca.empty() || tls_.enabled()));
   }
+  return c;
 }
 
 CoordinatorClient::~CoordinatorClient() = default;
 
 CoordinatorClient::CoordinatorClient(std::shared_ptr<grpc::Channel> channel, const std::string& job_id,
                                      const std::string& token)
-    : endpoint_("the in-process coordinator"),
-      channel_(std::move(channel)),
-      stub_(pb::Coordinator::NewStub(channel_)),
-      job_id_(job_id),
-      token_(token) {}
+    : job_id_(job_id), token_(token) {
+  auto c = std::make_shared<Connection>();
+  c->endpoint = "the in-process coordinator";
+  c->channel = std::move(channel);
+  c->stub = pb::Coordinator::NewStub(c->channel);
+  current_ = std::move(c);
+}
 
-void CoordinatorClient::authorize(pb::JobAuth* auth) const {
+void CoordinatorClient::retarget(const std::string& target, int epoch) {
+  auto next = connect(target, epoch);
+  std::lock_guard<std::mutex> lock(mutex_);
+  retired_.push_back(std::move(current_));
+  current_ = std::move(next);
+}
+
+std::shared_ptr<const CoordinatorClient::Connection> CoordinatorClient::connection() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return current_;
+}
+
+std::string CoordinatorClient::endpoint() const { return connection()->endpoint; }
+
+pb::Coordinator::Stub& CoordinatorClient::stub() { return *connection()->stub; }
+
+std::shared_ptr<const CoordinatorClient::Connection> CoordinatorClient::authorize(pb::JobAuth* auth) const {
+  std::shared_ptr<const Connection> c = connection();
   auth->set_job_id(job_id_);
   auth->set_token(token_);
+  auth->set_epoch(c->epoch);
+  return c;
 }
 
 Status CoordinatorClient::join(const JoinParams& p, int max_restarts, Duration timeout, JoinResult& result,
                                const std::function<bool()>& should_abort) {
   pb::JoinRequest req;
-  authorize(req.mutable_auth());
+  const std::shared_ptr<const Connection> c = authorize(req.mutable_auth());
   req.set_host(p.host);
   req.set_nproc(p.nproc);
   req.set_node_rank(p.node_rank);
@@ -124,7 +154,7 @@ Status CoordinatorClient::join(const JoinParams& p, int max_restarts, Duration t
   // rendezvous must not wait for the join timeout).
   std::promise<grpc::Status> done;
   auto finished = done.get_future();
-  stub_->async()->Join(&ctx, &req, &reply, [&done](grpc::Status status) { done.set_value(std::move(status)); });
+  c->stub->async()->Join(&ctx, &req, &reply, [&done](grpc::Status status) { done.set_value(std::move(status)); });
   constexpr auto kProgressEvery = std::chrono::seconds(5);
   // A channel not connected after a second gets a diagnosis, ready for the
   // first progress line; each line starts the next one.
@@ -138,35 +168,35 @@ Status CoordinatorClient::join(const JoinParams& p, int max_restarts, Duration t
   while (finished.wait_for(std::chrono::milliseconds(100)) != std::future_status::ready) {
     if (should_abort && should_abort()) ctx.TryCancel();
     const auto now = std::chrono::steady_clock::now();
-    const grpc_connectivity_state state = channel_->GetState(/*try_to_connect=*/false);
+    const grpc_connectivity_state state = c->channel->GetState(/*try_to_connect=*/false);
     ever_connected = ever_connected || state == GRPC_CHANNEL_READY;
     // Nobody to answer at the join timeout: do not wait the coordinator's grace on top.
     if (!ever_connected && !gave_up && now - started >= timeout) {
       gave_up = true;
       ctx.TryCancel();
     }
-    if (diagnosis_ && !diagnosed && state != GRPC_CHANNEL_READY && now - started >= kDiagnoseAfter) {
-      diagnosis_->start();
+    if (c->diagnosis && !diagnosed && state != GRPC_CHANNEL_READY && now - started >= kDiagnoseAfter) {
+      c->diagnosis->start();
       diagnosed = true;
     }
     if (now >= next_progress) {
       next_progress += kProgressEvery;
       waited_s += static_cast<int>(kProgressEvery.count());
       spdlog::info("rendezvous: still waiting after {} s: {}", waited_s,
-                   join_wait_reason(state, endpoint_, diagnosis_.get()));
-      if (diagnosis_ && state != GRPC_CHANNEL_READY) diagnosis_->start();
+                   join_wait_reason(state, c->endpoint, c->diagnosis.get()));
+      if (c->diagnosis && state != GRPC_CHANNEL_READY) c->diagnosis->start();
     }
   }
   Status s = from_grpc(finished.get());
   if (gave_up && s.code() == StatusCode::kCancelled) s = {StatusCode::kDeadlineExceeded, "Deadline Exceeded"};
-  if (!s.ok() && diagnosis_ && channel_->GetState(false) != GRPC_CHANNEL_READY &&
+  if (!s.ok() && c->diagnosis && c->channel->GetState(false) != GRPC_CHANNEL_READY &&
       (s.code() == StatusCode::kUnavailable || s.code() == StatusCode::kDeadlineExceeded)) {
     // gRPC's own words ("Deadline Exceeded") name no cause: say what the network says.
-    const std::string why = diagnosis_->finish_within(std::chrono::milliseconds(3000));
+    const std::string why = c->diagnosis->finish_within(std::chrono::milliseconds(3000));
     s = {s.code(), why.empty() ? fmt::format("could not reach the coordinator at {} ({}); is node 0 up, and do the "
                                              "TLS settings match?",
-                                             endpoint_, s.message())
-                               : fmt::format("cannot reach the coordinator at {}: {}", endpoint_, why)};
+                                             c->endpoint, s.message())
+                               : fmt::format("cannot reach the coordinator at {}: {}", c->endpoint, why)};
   }
   if (!s.ok()) return s;
   Assignment& a = result.assignment;
@@ -187,7 +217,7 @@ Status CoordinatorClient::heartbeat(int node_rank, int64_t generation, Duration 
                                      const std::vector<ForwardedReport>& workers, std::vector<int>* dump_ranks,
                                      const std::vector<RankStacks>& stacks, std::optional<JobStop>* stop) {
   pb::AgentHeartbeatRequest req;
-  authorize(req.mutable_auth());
+  const std::shared_ptr<const Connection> c = authorize(req.mutable_auth());
   req.set_node_rank(node_rank);
   req.set_generation(generation);
   for (const ForwardedReport& w : workers) {
@@ -198,7 +228,7 @@ Status CoordinatorClient::heartbeat(int node_rank, int64_t generation, Duration 
   pb::AgentHeartbeatReply reply;
   grpc::ClientContext ctx;
   set_deadline(ctx, timeout);
-  const Status s = from_grpc(stub_->AgentHeartbeat(&ctx, req, &reply));
+  const Status s = from_grpc(c->stub->AgentHeartbeat(&ctx, req, &reply));
   if (dump_ranks) dump_ranks->assign(reply.dump_stack_ranks().begin(), reply.dump_stack_ranks().end());
   if (stop && s.ok() && reply.has_stop()) *stop = from_proto(reply.stop());
   return s;
@@ -207,7 +237,7 @@ Status CoordinatorClient::heartbeat(int node_rank, int64_t generation, Duration 
 Status CoordinatorClient::request_stop(int node_rank, int64_t generation, const std::string& reason,
                                        Duration stop_timeout, Duration timeout, JobStop& stop) {
   pb::StopRequest req;
-  authorize(req.mutable_auth());
+  const std::shared_ptr<const Connection> c = authorize(req.mutable_auth());
   req.set_node_rank(node_rank);
   req.set_generation(generation);
   req.set_reason(reason);
@@ -215,37 +245,37 @@ Status CoordinatorClient::request_stop(int node_rank, int64_t generation, const 
   pb::StopReply reply;
   grpc::ClientContext ctx;
   set_deadline(ctx, timeout);
-  const Status s = from_grpc(stub_->RequestStop(&ctx, req, &reply));
+  const Status s = from_grpc(c->stub->RequestStop(&ctx, req, &reply));
   if (s.ok()) stop = from_proto(reply.stop());
   return s;
 }
 
 Status CoordinatorClient::status(Duration timeout, std::string& json) {
   pb::StatusRequest req;
-  authorize(req.mutable_auth());
+  const std::shared_ptr<const Connection> c = authorize(req.mutable_auth());
   pb::StatusReply reply;
   grpc::ClientContext ctx;
   set_deadline(ctx, timeout);
-  const Status s = from_grpc(stub_->GetStatus(&ctx, req, &reply));
+  const Status s = from_grpc(c->stub->GetStatus(&ctx, req, &reply));
   json = reply.json();
   return s;
 }
 
 Status CoordinatorClient::stacks(Duration wait, std::string& json) {
   pb::StacksRequest req;
-  authorize(req.mutable_auth());
+  const std::shared_ptr<const Connection> c = authorize(req.mutable_auth());
   req.set_timeout_ms(std::chrono::duration_cast<std::chrono::milliseconds>(wait).count());
   pb::StacksReply reply;
   grpc::ClientContext ctx;
   set_deadline(ctx, wait + std::chrono::seconds(5));
-  const Status s = from_grpc(stub_->GetStacks(&ctx, req, &reply));
+  const Status s = from_grpc(c->stub->GetStacks(&ctx, req, &reply));
   json = reply.json();
   return s;
 }
 
 Status CoordinatorClient::report_outcome(int64_t generation, const NodeOutcome& o, Duration timeout) {
   pb::OutcomeRequest req;
-  authorize(req.mutable_auth());
+  const std::shared_ptr<const Connection> c = authorize(req.mutable_auth());
   req.set_node_rank(o.node_rank);
   req.set_generation(generation);
   req.set_success(o.success);
@@ -257,13 +287,13 @@ Status CoordinatorClient::report_outcome(int64_t generation, const NodeOutcome& 
   pb::OutcomeReply reply;
   grpc::ClientContext ctx;
   set_deadline(ctx, timeout);
-  return from_grpc(stub_->ReportOutcome(&ctx, req, &reply));
+  return from_grpc(c->stub->ReportOutcome(&ctx, req, &reply));
 }
 
 Status CoordinatorClient::watch(int node_rank, int64_t generation, GenerationState known, Duration timeout,
                                 GenerationView& view, CancelToken* cancel) {
   pb::WatchRequest req;
-  authorize(req.mutable_auth());
+  const std::shared_ptr<const Connection> c = authorize(req.mutable_auth());
   req.set_node_rank(node_rank);
   req.set_generation(generation);
   req.set_known_state(to_pb(known));
@@ -271,7 +301,7 @@ Status CoordinatorClient::watch(int node_rank, int64_t generation, GenerationSta
   grpc::ClientContext ctx;
   set_deadline(ctx, timeout);
   if (cancel && !cancel->arm([&ctx] { ctx.TryCancel(); })) return {StatusCode::kCancelled, "cancelled"};
-  const Status s = from_grpc(stub_->Watch(&ctx, req, &reply));
+  const Status s = from_grpc(c->stub->Watch(&ctx, req, &reply));
   if (cancel) cancel->disarm();
   view.generation = reply.generation();
   view.state = from_pb(reply.state());
@@ -286,20 +316,20 @@ Status CoordinatorClient::watch(int node_rank, int64_t generation, GenerationSta
 
 Status CoordinatorClient::nccl_id(int64_t generation, const std::string& comm_key, Duration timeout, std::string& id) {
   pb::NcclIdRequest req;
-  authorize(req.mutable_auth());
+  const std::shared_ptr<const Connection> c = authorize(req.mutable_auth());
   req.set_generation(generation);
   req.set_comm_key(comm_key);
   pb::NcclIdReply reply;
   grpc::ClientContext ctx;
   set_deadline(ctx, timeout);
-  const Status s = from_grpc(stub_->GetNcclId(&ctx, req, &reply));
+  const Status s = from_grpc(c->stub->GetNcclId(&ctx, req, &reply));
   id = reply.unique_id();
   return s;
 }
 
 Status CoordinatorClient::barrier(int64_t generation, const std::string& name, int participants, Duration timeout) {
   pb::BarrierRequest req;
-  authorize(req.mutable_auth());
+  const std::shared_ptr<const Connection> c = authorize(req.mutable_auth());
   req.set_generation(generation);
   req.set_name(name);
   req.set_participants(participants);
@@ -307,32 +337,32 @@ Status CoordinatorClient::barrier(int64_t generation, const std::string& name, i
   pb::BarrierReply reply;
   grpc::ClientContext ctx;
   set_deadline(ctx, timeout + std::chrono::seconds(5));
-  return from_grpc(stub_->Barrier(&ctx, req, &reply));
+  return from_grpc(c->stub->Barrier(&ctx, req, &reply));
 }
 
 Status CoordinatorClient::kv_set(int64_t generation, const std::string& key, const std::string& value,
                                  Duration timeout) {
   pb::KvSetRequest req;
-  authorize(req.mutable_auth());
+  const std::shared_ptr<const Connection> c = authorize(req.mutable_auth());
   req.set_generation(generation);
   req.set_key(key);
   req.set_value(value);
   pb::KvSetReply reply;
   grpc::ClientContext ctx;
   set_deadline(ctx, timeout);
-  return from_grpc(stub_->KvSet(&ctx, req, &reply));
+  return from_grpc(c->stub->KvSet(&ctx, req, &reply));
 }
 
 Status CoordinatorClient::kv_get(int64_t generation, const std::string& key, Duration timeout,
                                  std::optional<std::string>& value) {
   pb::KvGetRequest req;
-  authorize(req.mutable_auth());
+  const std::shared_ptr<const Connection> c = authorize(req.mutable_auth());
   req.set_generation(generation);
   req.set_key(key);
   pb::KvGetReply reply;
   grpc::ClientContext ctx;
   set_deadline(ctx, timeout);
-  const Status s = from_grpc(stub_->KvGet(&ctx, req, &reply));
+  const Status s = from_grpc(c->stub->KvGet(&ctx, req, &reply));
   value = reply.found() ? std::optional<std::string>(reply.value()) : std::nullopt;
   return s;
 }

@@ -3,10 +3,13 @@
 // as plain blocking functions returning ddp::Status. Every call carries the
 // job id and token and has a deadline.
 //
-// Threading: thread-safe (gRPC stubs are); one channel, many callers.
+// Threading: thread-safe (gRPC stubs are); one channel, many callers;
+// retarget() may run while other threads call.
 
 #include <functional>
 #include <memory>
+#include <mutex>
+#include <vector>
 #include <optional>
 #include <string>
 
@@ -56,18 +59,39 @@ class CoordinatorClient final : public CoordinatorCalls {
   Status kv_set(int64_t generation, const std::string& key, const std::string& value, Duration timeout);
   Status kv_get(int64_t generation, const std::string& key, Duration timeout, std::optional<std::string>& value);
 
-  /// The raw stub, for relaying calls asynchronously (the local agent service).
-  ::ddplaunch::v1::Coordinator::Stub& stub() { return *stub_; }
-  /// Fills the auth field of a request with this client's job id and token.
-  void authorize(::ddplaunch::v1::JobAuth* auth) const;
+  /// Moves every later call to another coordinator (failover to the next
+  /// endpoint, whose epoch the calls then carry). Calls in flight finish on
+  /// the old connection.
+  void retarget(const std::string& target, int epoch);
+  /// The coordinator the calls go to now ("host:port").
+  std::string endpoint() const;
+
+  /// The current stub, for relaying calls asynchronously (the local agent
+  /// service). It stays valid for the client's lifetime, even after retarget().
+  ::ddplaunch::v1::Coordinator::Stub& stub();
 
  private:
-  std::string endpoint_;  // host:port as given, for messages
-  std::shared_ptr<grpc::Channel> channel_;
-  std::unique_ptr<ConnectionDiagnosis> diagnosis_;  // null for in-process channels
-  std::unique_ptr<::ddplaunch::v1::Coordinator::Stub> stub_;
+  /// One coordinator endpoint: kept until the client dies, so that a call in
+  /// flight never outlives its stub.
+  struct Connection {
+    std::string endpoint;  // host:port as given, for messages
+    int epoch = 0;
+    std::shared_ptr<grpc::Channel> channel;
+    std::unique_ptr<ConnectionDiagnosis> diagnosis;  // null for in-process channels
+    std::unique_ptr<::ddplaunch::v1::Coordinator::Stub> stub;
+  };
+  std::shared_ptr<const Connection> connect(const std::string& target, int epoch) const;
+  std::shared_ptr<const Connection> connection() const;
+  /// Fills the auth field of a request (job id, token, epoch); returns the
+  /// connection to send it on.
+  std::shared_ptr<const Connection> authorize(::ddplaunch::v1::JobAuth* auth) const;
+
+  TlsFiles tls_;
   std::string job_id_;
   std::string token_;
+  mutable std::mutex mutex_;
+  std::shared_ptr<const Connection> current_;
+  std::vector<std::shared_ptr<const Connection>> retired_;
 };
 
 }  // namespace ddp

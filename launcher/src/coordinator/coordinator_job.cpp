@@ -57,7 +57,7 @@ HangConfig hang_config(const JobConfig& job) {
 }  // namespace
 
 CoordinatorJob::CoordinatorJob(std::string job_id, std::string token, JobConfig config, const Clock& clock,
-                               UniqueIdSource& ids)
+                               UniqueIdSource& ids, const std::optional<Takeover>& takeover)
     : job_id_(std::move(job_id)),
       token_(std::move(token)),
       config_(config),
@@ -66,7 +66,61 @@ CoordinatorJob::CoordinatorJob(std::string job_id, std::string token, JobConfig 
       store_(ids),
       health_(hang_config(config), config.nnodes * config.nproc, clock),
       created_at_(clock.now()) {
-  rendezvous_.open(0);
+  if (!takeover) {
+    rendezvous_.open(0);
+    return;
+  }
+  // The survivors of the lost coordinator's last world re-join here: all of
+  // them complete the world at once, a quorum of them after the last call.
+  takeover_ = takeover;
+  generation_ = takeover->generation;
+  restarts_used_ = takeover->restarts_used;
+  rendezvous_.open(generation_, std::vector<std::string>{}, takeover->previous_nnodes - 1, takeover_quorum(*takeover));
+  // Each survivor notices the loss after node_timeout, then stops its workers.
+  takeover_deadline_ = created_at_ + 2 * config_.node_timeout + config_.last_call_timeout;
+}
+
+Status CoordinatorJob::check_epoch(int epoch) {
+  Fired fired;
+  Status refused;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (epoch > config_.epoch) {
+      refused = {StatusCode::kFailedPrecondition,
+                 fmt::format("this coordinator (epoch {}) has been replaced by epoch {}", config_.epoch, epoch)};
+    }
+    if (epoch > config_.epoch && !fenced_) {
+      fenced_ = true;
+      const std::string why = fmt::format(
+          "the coordinator of epoch {} (--rdzv-endpoint entry {}) has taken the job over: this one (epoch {}) ends "
+          "its copy",
+          epoch, epoch + 1, config_.epoch);
+      spdlog::warn("job {}: {}", job_id_, why);
+      finish_now(exit_code::kNodeLost, why, fired);
+    }
+  }
+  fired.run();
+  return refused;
+}
+
+void CoordinatorJob::finish_now(int code, const std::string& reason, Fired& fired) {
+  rendezvous_.abort({StatusCode::kFailedPrecondition, reason}, fired.joins);
+  store_.clear({StatusCode::kAborted, reason}, fired.waits);
+  finished_reason_ = reason;
+  finished_view_ = view_of(generation_);
+  finished_view_.exit_code = code;
+  finished_view_.reason = reason;
+  set_state(GenerationState::kFinished, fired);
+}
+
+void CoordinatorJob::expire_takeover(SteadyTime now, Fired& fired) {
+  if (!takeover_ || world_formed_ || state_ == GenerationState::kFinished || now < *takeover_deadline_) return;
+  finish_now(exit_code::kNodeLost,
+             fmt::format("only {} of the {} node(s) of generation {} reached this coordinator (epoch {}), fewer than "
+                         "the {} needed to be sure no other copy of the job goes on",
+                         rendezvous_.pending(), takeover_->previous_nnodes, takeover_->generation - 1, config_.epoch,
+                         takeover_quorum(*takeover_)),
+             fired);
 }
 
 bool CoordinatorJob::token_matches(const std::string& token) const {
@@ -107,6 +161,7 @@ void CoordinatorJob::join(const JoinParams& params, Duration timeout, JoinCallba
 
 void CoordinatorJob::on_world_formed() {
   world_formed_ = true;
+  takeover_.reset();
   world_nnodes_ = rendezvous_.nnodes();
   state_ = GenerationState::kRunning;
   outcomes_.assign(static_cast<size_t>(world_nnodes_), std::nullopt);
@@ -332,6 +387,7 @@ void CoordinatorJob::end_generation(Fired& fired) {
   rules.restarts_used = restarts_used_;
   rules.max_node_failures = config_.max_node_failures;
   rules.grow_requested = !membership_stop_.empty();
+  rules.majority_needed = majority_needed(config_.epoch, config_.endpoints);
   const GenerationEnd end = decide_generation_end(nodes, root_cause_, rules);
 
   std::vector<bool> departs(nodes.size(), false);
@@ -350,6 +406,7 @@ void CoordinatorJob::end_generation(Fired& fired) {
     }
   }
   if (!end.restart) {
+    if (rules.majority_needed && end.exit_code == exit_code::kNodeLost) finished_reason_ = end.reason;
     finished_view_ = view_of(generation_);
     finished_view_.exit_code = end.exit_code;
     set_state(GenerationState::kFinished, fired);
@@ -407,6 +464,9 @@ GenerationView CoordinatorJob::view_of(int64_t generation) const {
     v.failed_node = root_cause_->node_rank;
     v.failed_rank = root_cause_->failed_rank;
     v.report_json = hang_report_;
+  }
+  if (state_ == GenerationState::kFinished && generation == generation_ && !finished_reason_.empty()) {
+    v.reason = finished_reason_;
   }
   return v;
 }
@@ -582,6 +642,7 @@ void CoordinatorJob::tick() {
     store_.kv().expire(now, fired.waits);
     report_waiting_joins(now);
     if (rendezvous_.close_last_call(now, fired.joins) && !world_formed_) on_world_formed();
+    expire_takeover(now, fired);
     if (rendezvous_.expire(now, fired.joins)) {
       // The world cannot form: the job is over (its agents exit with a
       // rendezvous failure), and a standalone coordinator may forget it.

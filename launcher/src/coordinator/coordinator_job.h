@@ -27,6 +27,7 @@
 #include "ddp/common/status.h"
 #include "health/hang_detector.h"
 #include "health/rank_health.h"
+#include "membership/failover.h"
 #include "membership/generation_end.h"
 #include "membership/job_stop.h"
 #include "membership/node_outcome.h"
@@ -56,6 +57,10 @@ struct JobConfig {
   int max_node_failures = 0;
   /// Elastic: when a node waiting to join a running job gets in.
   enum class Grow { kNow, kAtRestart } grow = Grow::kNow;
+  /// Coordinator failover (membership/failover.h): this coordinator's place
+  /// in the job's endpoint list, and the list's length.
+  int epoch = 0;
+  int endpoints = 1;
 };
 
 /// "now" or "restart" (the option's spellings); nullopt for anything else.
@@ -73,12 +78,20 @@ using StacksCallback = std::function<void(const Status&, const std::string& json
 
 class CoordinatorJob {
  public:
-  CoordinatorJob(std::string job_id, std::string token, JobConfig config, const Clock& clock, UniqueIdSource& ids);
+  /// takeover: this coordinator continues a job whose coordinator was lost
+  /// (its first generation, restarts used and quorum); nullopt: a new job.
+  CoordinatorJob(std::string job_id, std::string token, JobConfig config, const Clock& clock, UniqueIdSource& ids,
+                 const std::optional<Takeover>& takeover = std::nullopt);
 
   const std::string& id() const { return job_id_; }
   const JobConfig& config() const { return config_; }
   /// Constant-time comparison, so timing reveals nothing of the token.
   bool token_matches(const std::string& token) const;
+  /// Every call's epoch (membership/failover.h). A later one than this
+  /// coordinator's means it was replaced: the job ends here at once
+  /// (kNodeLost; its own agents hear it as the verdict and no world forms
+  /// here again) and the call is refused.
+  Status check_epoch(int epoch);
 
   void join(const JoinParams& params, Duration timeout, JoinCallback done);
   /// Returns the job's current generation through current. workers: the
@@ -175,6 +188,10 @@ class CoordinatorJob {
   void finish_stack_requests(SteadyTime now, Fired& fired);
   /// Every 5 s while joins wait: who joined, who is missing (to the log).
   void report_waiting_joins(SteadyTime now);
+  /// Ends the job at once with exit code and reason (nothing more forms).
+  void finish_now(int exit_code, const std::string& reason, Fired& fired);
+  /// A takeover whose quorum did not gather in time ends the job here.
+  void expire_takeover(SteadyTime now, Fired& fired);
 
   const std::string job_id_;
   const std::string token_;
@@ -202,6 +219,10 @@ class CoordinatorJob {
   int membership_changes_ = 0;
   std::vector<std::string> departed_;                // every node that left, in words (newest last, bounded)
   GenerationView finished_view_;
+  std::string finished_reason_;  // when the job ended for a reason no node reported (no majority, fenced)
+  bool fenced_ = false;          // a later epoch took over (check_epoch)
+  std::optional<Takeover> takeover_;           // until its first world forms
+  std::optional<SteadyTime> takeover_deadline_;  // with takeover_
   WatchRegistry watches_;
   std::vector<bool> told_finished_;  // by node rank
   int world_nnodes_ = 0;             // nodes of the formed world (an elastic one may have fewer than nnodes)

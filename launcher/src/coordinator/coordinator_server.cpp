@@ -38,7 +38,7 @@ CoordinatorServer::CoordinatorServer(const ServerAddress& address, const TlsFile
     : ids_(make_unique_id_source()),
       coordinator_(std::make_unique<Coordinator>(SystemClock::instance(), *ids_, options)),
       service_(std::make_unique<CoordinatorService>(*coordinator_)) {
-  if (hosted) coordinator_->create_job(hosted->job_id, hosted->token, hosted->config);
+  if (hosted) coordinator_->create_job(hosted->job_id, hosted->token, hosted->config, hosted->takeover);
   grpc::ServerBuilder builder;
   // gRPC sets SO_REUSEPORT by default, which would let a second coordinator
   // silently share a port that is in use; a busy port must be an error.

@@ -45,6 +45,7 @@ struct HostedJob {
   std::string job_id;
   std::string token;
   JobConfig config;
+  std::optional<Takeover> takeover;  // failover: the job continues here
 };
 
 class CoordinatorServer {

@@ -50,7 +50,7 @@ void CoordinatorService::finish(Ctx* ctx, Reactor* reactor, const Status& status
 std::shared_ptr<CoordinatorJob> CoordinatorService::job_for(Ctx* ctx, Reactor* reactor, const pb::JobAuth& auth,
                                                             const char* rpc) {
   std::shared_ptr<CoordinatorJob> job;
-  const Status s = coordinator_.find(auth.job_id(), auth.token(), job);
+  const Status s = coordinator_.find(auth.job_id(), auth.token(), job, auth.epoch());
   if (!s.ok()) finish(ctx, reactor, s, rpc);
   return job;
 }
@@ -84,7 +84,7 @@ CoordinatorService::Reactor* CoordinatorService::Join(Ctx* ctx, const pb::JoinRe
     view.grow = *grow;
   }
   std::shared_ptr<CoordinatorJob> job;
-  if (Status s = coordinator_.find_for_join(req->auth().job_id(), req->auth().token(), view, job); !s.ok()) {
+  if (Status s = coordinator_.find_for_join(req->auth().job_id(), req->auth().token(), view, job, req->auth().epoch()); !s.ok()) {
     finish(ctx, reactor, s, "Join");
     return reactor;
   }

@@ -7,8 +7,11 @@
 
 namespace ddp {
 
-void Rendezvous::open(int64_t generation, std::optional<std::vector<std::string>> expected) {
+void Rendezvous::open(int64_t generation, std::optional<std::vector<std::string>> expected, int expected_count,
+                      int at_least) {
   generation_ = generation;
+  expected_count_ = expected_count;
+  at_least_ = at_least;
   complete_ = false;
   pending_.clear();
   last_call_at_.reset();
@@ -99,16 +102,15 @@ void Rendezvous::join(const JoinParams& params, SteadyTime now, SteadyTime deadl
   pending_.push_back({params, deadline, std::move(done)});
   if (static_cast<int>(pending_.size()) == max_nnodes_ || expected_are_back()) {
     form_world(fired);
-  } else if (static_cast<int>(pending_.size()) >= min_nnodes_) {
+  } else if (static_cast<int>(pending_.size()) >= fewest()) {
     last_call_at_ = now + last_call_;  // each newcomer restarts the last call, as torchrun's does
   }
 }
 
 bool Rendezvous::expected_are_back() const {
-  if (!elastic() || expected_.empty() || static_cast<int>(pending_.size()) < min_nnodes_ ||
-      pending_.size() < expected_.size()) {
-    return false;
-  }
+  if (!elastic() || static_cast<int>(pending_.size()) < fewest()) return false;
+  if (expected_.empty()) return expected_count_ > 0 && static_cast<int>(pending_.size()) >= expected_count_;
+  if (pending_.size() < expected_.size()) return false;
   std::multiset<std::string> missing(expected_.begin(), expected_.end());
   for (const Pending& p : pending_) {
     if (auto it = missing.find(member_key(p.params)); it != missing.end()) missing.erase(it);

@@ -26,6 +26,7 @@
 // Threading: not thread-safe (CoordinatorJob serializes). Callbacks are
 // returned to the caller to run after its lock is released.
 
+#include <algorithm>
 #include <functional>
 #include <map>
 #include <optional>
@@ -88,7 +89,12 @@ class Rendezvous {
   /// expected: the nodes (member keys) whose return completes an elastic
   /// world before the last call; nullopt: those of the previous world.
   /// Admits waiting newcomers while places are free.
-  void open(int64_t generation, std::optional<std::vector<std::string>> expected = std::nullopt);
+  /// expected_count: with no expected keys, how many joins complete the world
+  /// before the last call (a coordinator taking over knows the survivors'
+  /// number, not who they are). at_least: the fewest nodes this generation
+  /// forms with, above min_nnodes (a takeover's quorum).
+  void open(int64_t generation, std::optional<std::vector<std::string>> expected = std::nullopt,
+            int expected_count = 0, int at_least = 0);
   int64_t open_generation() const { return generation_; }
   /// Whether the open generation's world is complete.
   bool complete() const { return complete_; }
@@ -117,6 +123,8 @@ class Rendezvous {
   const std::vector<std::string>& members() const { return members_by_rank_; }
   /// Whether node_rank's agent serves the coordinator (formed world).
   bool hosts_coordinator(int node_rank) const;
+  /// Agents joined to the open generation, waiting for its world.
+  int pending() const { return static_cast<int>(pending_.size()); }
   /// Newcomers waiting for the next generation.
   int waiting() const { return static_cast<int>(waiting_.size()); }
   static std::string member_key(const JoinParams& p) { return p.agent_id.empty() ? p.host : p.agent_id; }
@@ -143,6 +151,8 @@ class Rendezvous {
   /// expected node has joined.
   bool expected_are_back() const;
   void expire_waiting(SteadyTime now, FiredJoins& fired);
+  /// The fewest nodes the open generation forms with.
+  int fewest() const { return std::max(min_nnodes_, at_least_); }
 
   int max_nnodes_;
   int min_nnodes_;
@@ -155,6 +165,8 @@ class Rendezvous {
   std::vector<Pending> pending_;
   std::vector<Pending> waiting_;  // newcomers, for the next generation
   std::vector<std::string> expected_;  // member keys
+  int expected_count_ = 0;             // see open()
+  int at_least_ = 0;                   // see open()
   std::vector<bool> rank_taken_;                         // explicit ranks among pending
   std::multimap<std::string, int> previous_rank_of_host_;  // from the last formed world
   std::vector<std::string> hosts_by_rank_;

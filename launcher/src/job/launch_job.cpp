@@ -27,6 +27,7 @@
 #include "job/stop_request.h"
 #include "membership/job_stop.h"
 #include "coordinator/coordinator_server.h"
+#include "job/endpoint_failover.h"
 #include "job/event_loop.h"
 #include "job/worker_env.h"
 #include "net/host_port.h"
@@ -428,16 +429,16 @@ std::map<std::string, std::string> launching_nccl_env(const LaunchPlan& plan, co
   return nccl;
 }
 
-// Node 0 (and every single-node job) hosts the coordinator. Returns null when
-// another agent won the port (agents started at the same moment may all have
-// seen it free); unless told to host, this agent then joins the winner's.
-std::unique_ptr<CoordinatorServer> host_coordinator(const LaunchPlan& plan, const TlsFiles& tls) {
-  if (!plan.host_coordinator) return nullptr;
-  // Single-node jobs stay on loopback; multi-node listening is explicit.
-  const std::string listen_host = plan.nnodes == 1 ? "127.0.0.1" : "0.0.0.0";
+CoordinatorOptions coordinator_options(const LaunchPlan& plan) {
   CoordinatorOptions options;
   options.node_timeout = plan.node_timeout;
-  HostedJob job{plan.job_id, plan.token, {}};
+  return options;
+}
+
+// The job as this agent hosts it: at the first endpoint, or at a later one
+// when it takes the job over (EndpointFailover).
+HostedJob hosted_job(const LaunchPlan& plan) {
+  HostedJob job{plan.job_id, plan.token, {}, std::nullopt};
   job.config.nnodes = plan.nnodes;
   job.config.min_nnodes = plan.min_nnodes;
   job.config.last_call_timeout = plan.last_call_timeout;
@@ -449,9 +450,28 @@ std::unique_ptr<CoordinatorServer> host_coordinator(const LaunchPlan& plan, cons
   job.config.max_node_failures = plan.max_node_failures;
   job.config.grow = parse_grow_policy(plan.grow).value_or(JobConfig::Grow::kNow);
   job.config.job_env = launching_nccl_env(plan, current_environment());
+  job.config.endpoints = 1 + static_cast<int>(plan.later_endpoints.size());
+  return job;
+}
+
+// The job's endpoints in failover order.
+std::vector<HostPort> endpoint_list(const LaunchPlan& plan) {
+  std::vector<HostPort> endpoints{{plan.rdzv_host, plan.rdzv_port}};
+  endpoints.insert(endpoints.end(), plan.later_endpoints.begin(), plan.later_endpoints.end());
+  return endpoints;
+}
+
+// Node 0 (and every single-node job) hosts the coordinator. Returns null when
+// another agent won the port (agents started at the same moment may all have
+// seen it free); unless told to host, this agent then joins the winner's.
+std::unique_ptr<CoordinatorServer> host_coordinator(const LaunchPlan& plan, const TlsFiles& tls) {
+  if (!plan.host_coordinator) return nullptr;
+  // Single-node jobs stay on loopback; multi-node listening is explicit.
+  const std::string listen_host = plan.nnodes == 1 ? "127.0.0.1" : "0.0.0.0";
   std::unique_ptr<CoordinatorServer> server;
   try {
-    server = std::make_unique<CoordinatorServer>(ServerAddress{listen_host, plan.rdzv_port}, tls, options, job);
+    server = std::make_unique<CoordinatorServer>(ServerAddress{listen_host, plan.rdzv_port}, tls,
+                                                 coordinator_options(plan), hosted_job(plan));
   } catch (const std::runtime_error& e) {
     if (plan.nnodes == 1 || plan.is_host.value_or(false)) throw;
     spdlog::info("another agent hosts the coordinator at {}:{} ({})", plan.rdzv_host, plan.rdzv_port, e.what());
@@ -560,7 +580,9 @@ int run_launch(const LaunchPlan& plan, OrphanSentinel* sentinel) {
   AgentSettings settings = agent_settings(plan, endpoint);
   settings.hosts_coordinator = coordinator != nullptr;
   CoordinatorClient coordinator_client(endpoint, plan.job_id, plan.token, tls);
-  AgentSession session(std::move(settings), coordinator_client, SystemClock::instance(), wakeup.fd(), health);
+  EndpointFailover failover(endpoint_list(plan), hosted_job(plan), tls, coordinator_options(plan), coordinator_client);
+  AgentSession session(std::move(settings), coordinator_client, SystemClock::instance(), wakeup.fd(), health,
+                       plan.later_endpoints.empty() ? nullptr : &failover);
   remove_sockets_of_dead_agents(runtime_dir);
   const std::string socket_path = fmt::format("{}/{}.sock", runtime_dir, getpid());
   LocalAgentServer local(socket_path, coordinator_client, health, plan.job_id, plan.token);
@@ -614,8 +636,9 @@ int run_launch(const LaunchPlan& plan, OrphanSentinel* sentinel) {
 
   const int code = loop.run(supervisor);
   // A user who stopped ddplaunch with a signal wants it gone now.
-  if (coordinator && supervisor.stop_signal() == 0) {
-    linger_until_every_node_heard(*coordinator, plan, session.assignment().node_rank);
+  CoordinatorServer* hosting = session.epoch() == 0 ? coordinator.get() : failover.hosting();
+  if (hosting != nullptr && supervisor.stop_signal() == 0) {
+    linger_until_every_node_heard(*hosting, plan, session.assignment().node_rank);
   }
   if (code == 0) spdlog::info("job {}: all worker(s) succeeded", plan.job_id);
   if (code == exit_code::kRequeue) {

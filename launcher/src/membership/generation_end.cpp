@@ -5,6 +5,7 @@
 #include <algorithm>
 
 #include "exit_codes.h"
+#include "membership/failover.h"
 
 namespace ddp {
 
@@ -65,6 +66,19 @@ GenerationEnd decide_generation_end(const std::vector<NodeEnd>& nodes, const std
     }
   }
   if (!root_cause && !node_gone && !rules.grow_requested) return finish(std::move(end), 0, "");
+
+  // A lost node may be alive on the other side of a partition, failing over
+  // to the next endpoint: only a majority may go on.
+  const auto lost = std::count_if(end.departures.begin(), end.departures.end(),
+                                  [](const Departure& d) { return d.why == Departure::Why::kLost; });
+  const int could_run_elsewhere = static_cast<int>(nodes.size() - (end.departures.size() - lost));
+  if (rules.majority_needed && lost > 0 && !keeps_majority(survivors, could_run_elsewhere)) {
+    std::string reason =
+        fmt::format("{}; only {} of the generation's {} node(s) remain here, not a majority: the job ends on this "
+                    "side, as the others may go on at the next coordinator endpoint",
+                    end.departures.front().description, survivors, could_run_elsewhere);
+    return finish(std::move(end), exit_code::kNodeLost, std::move(reason));
+  }
 
   // Poison nodes leave an elastic job while enough others remain.
   std::vector<std::string> excluded;

@@ -20,6 +20,10 @@
 //   (0: never) is excluded from the next generation of an elastic job while
 //   at least min_nnodes others remain; never the node hosting the coordinator.
 // - A generation ended by preemption (exit_code::kRequeue) finishes the job.
+// - While another endpoint could take the job over (membership/failover.h),
+//   a generation that lost a node re-forms only with more than half of its
+//   nodes (those that left on a signal aside); otherwise the job ends here
+//   with exit_code::kNodeLost, as the other side may be running it.
 
 #include <optional>
 #include <string>
@@ -45,6 +49,7 @@ struct MembershipRules {
   int restarts_used = 0;
   int max_node_failures = 0;  // 0: nodes are never excluded
   bool grow_requested = false;
+  bool majority_needed = false;  // see membership/failover.h
 };
 
 /// A node that does not belong to the next generation.

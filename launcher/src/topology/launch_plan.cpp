@@ -94,6 +94,38 @@ std::string random_hex(size_t bytes) {
   return out;
 }
 
+// --rdzv-endpoint HOST1:PORT,HOST2:PORT,...: the list, each entry checked later.
+std::vector<std::string> endpoint_list(const std::string& text) {
+  std::vector<std::string> listed;
+  std::stringstream in(text);
+  for (std::string entry; std::getline(in, entry, ',');) {
+    if (entry.empty()) throw UsageError(fmt::format("--rdzv-endpoint '{}': an empty entry in the list", text));
+    listed.push_back(entry);
+  }
+  if (listed.empty() || text.back() == ',') {
+    throw UsageError(fmt::format("--rdzv-endpoint '{}': an empty entry in the list", text));
+  }
+  return listed;
+}
+
+// The endpoints after the first; a port left out is the first's.
+std::vector<HostPort> later_endpoints(const std::vector<std::string>& listed, const LaunchPlan& plan) {
+  std::vector<HostPort> later;
+  for (size_t i = 1; i < listed.size(); ++i) {
+    std::string why;
+    std::optional<HostPort> e = parse_host_port(listed[i], why);
+    if (!e) throw UsageError(fmt::format("--rdzv-endpoint entry '{}': {}", listed[i], why));
+    if (!e->port) e->port = plan.rdzv_port;
+    const bool repeated = (e->host == plan.rdzv_host && *e->port == plan.rdzv_port) ||
+                          std::any_of(later.begin(), later.end(), [&](const HostPort& o) {
+                            return o.host == e->host && o.port == e->port;
+                          });
+    if (repeated) throw UsageError(fmt::format("--rdzv-endpoint entry '{}' is listed twice", listed[i]));
+    later.push_back(*e);
+  }
+  return later;
+}
+
 void resolve_topology(const LaunchOptions& o, const GetEnv& getenv, LaunchPlan& plan) {
   TopologyFlags flags;
   if (!o.nnodes.empty()) {
@@ -102,7 +134,11 @@ void resolve_topology(const LaunchOptions& o, const GetEnv& getenv, LaunchPlan& 
     if (count.min != count.max) flags.min_nnodes = count.min;
   }
   if (o.node_rank >= 0) flags.node_rank = o.node_rank;
-  if (!o.rdzv_endpoint.empty()) flags.rdzv_endpoint = o.rdzv_endpoint;
+  std::vector<std::string> listed;
+  if (!o.rdzv_endpoint.empty()) {
+    listed = endpoint_list(o.rdzv_endpoint);
+    flags.rdzv_endpoint = listed.front();
+  }
   if (!o.run_id.empty()) flags.rdzv_id = o.run_id;
   const DetectedTopology topo = detect_topology(flags, getenv);
   require_complete_topology(topo);
@@ -112,10 +148,17 @@ void resolve_topology(const LaunchOptions& o, const GetEnv& getenv, LaunchPlan& 
   plan.min_nnodes = topo.min_nnodes.value_or(plan.nnodes);
   plan.node_rank = topo.node_rank.value_or(plan.nnodes == 1 ? 0 : -1);
   if (topo.job_id) plan.job_id = *topo.job_id;
+  if (listed.size() > 1 && plan.min_nnodes >= plan.nnodes) {
+    throw UsageError(fmt::format("--rdzv-endpoint lists {} endpoints: failing over to a later one needs an elastic "
+                                 "job (--nnodes=MIN:MAX with MIN < MAX), since it goes on without the lost "
+                                 "coordinator's node",
+                                 listed.size()));
+  }
   if (plan.nnodes == 1) return;  // the coordinator stays on loopback
 
   plan.rdzv_host = *topo.rdzv_host;
   plan.rdzv_port = *topo.rdzv_port;
+  plan.later_endpoints = later_endpoints(listed, plan);
   // Who hosts the coordinator: --rdzv-conf is_host=true|false says so;
   // otherwise node 0, or without a node rank the agent that can bind the
   // endpoint (its host is this machine and the port is free). A node 0 that

@@ -12,6 +12,7 @@
 #include "cli/launch_options.h"
 #include "cli/stream_selection.h"
 #include "ddp/common/clock.h"
+#include "net/host_port.h"
 
 namespace ddp {
 
@@ -29,6 +30,9 @@ struct LaunchPlan {
   std::optional<bool> is_host;  // --rdzv-conf is_host=...
   std::string rdzv_host = "127.0.0.1";
   int rdzv_port = 0;
+  /// --rdzv-endpoint HOST1:PORT,HOST2:PORT,...: the endpoints after the first,
+  /// in order, where the job fails over (membership/failover.h); each with its port.
+  std::vector<HostPort> later_endpoints;
   std::string token;
   bool token_generated = false;
   std::string tls_cert, tls_key, tls_ca;

@@ -1,0 +1,47 @@
+#include "job/endpoint_failover.h"
+
+#include <spdlog/spdlog.h>
+
+#include <stdexcept>
+
+#include "topology/ports.h"
+
+namespace ddp {
+
+EndpointFailover::EndpointFailover(std::vector<HostPort> endpoints, HostedJob job, TlsFiles tls,
+                                   CoordinatorOptions options, CoordinatorClient& client)
+    : endpoints_(std::move(endpoints)),
+      job_(std::move(job)),
+      tls_(std::move(tls)),
+      options_(options),
+      client_(client) {
+  job_.config.endpoints = static_cast<int>(endpoints_.size());
+}
+
+std::string EndpointFailover::endpoint(int epoch) const {
+  const HostPort& e = endpoints_.at(static_cast<size_t>(epoch));
+  return format_host_port(e.host, e.port.value_or(0));
+}
+
+bool EndpointFailover::move_to(const Takeover& takeover) {
+  const HostPort& e = endpoints_.at(static_cast<size_t>(takeover.epoch));
+  const int port = e.port.value_or(0);
+  // Binding the endpoint's own address succeeds only on its host.
+  if (!hosted_ && can_bind(e.host, port)) {
+    HostedJob job = job_;
+    job.config.epoch = takeover.epoch;
+    job.takeover = takeover;
+    try {
+      hosted_ = std::make_unique<CoordinatorServer>(ServerAddress{"0.0.0.0", port}, tls_, options_, job);
+      spdlog::warn("this agent now hosts the job's coordinator at {} (epoch {}): generation {} forms with the "
+                   "survivors of generation {}",
+                   endpoint(takeover.epoch), takeover.epoch, takeover.generation, takeover.generation - 1);
+    } catch (const std::runtime_error& err) {
+      spdlog::info("another agent hosts the coordinator at {} ({})", endpoint(takeover.epoch), err.what());
+    }
+  }
+  client_.retarget(endpoint(takeover.epoch), takeover.epoch);
+  return hosted_ != nullptr && hosted_->port() == port;
+}
+
+}  // namespace ddp

@@ -1,0 +1,44 @@
+#pragma once
+// EndpointFailover: the production CoordinatorFailover. It knows the job's
+// --rdzv-endpoint list; moving to an endpoint retargets the agent's
+// CoordinatorClient there, after starting that endpoint's coordinator in
+// this process when this machine can listen on it (its host is local and no
+// other agent took the port first).
+//
+// Threading: move_to() and hosting() run on the event-loop thread.
+
+#include <memory>
+#include <vector>
+
+#include "agent/coordinator_failover.h"
+#include "coordinator/coordinator_client.h"
+#include "coordinator/coordinator_server.h"
+#include "net/host_port.h"
+
+namespace ddp {
+
+class EndpointFailover final : public CoordinatorFailover {
+ public:
+  /// endpoints: the job's list, each with its port. job: the job as this
+  /// agent would host it (config from its own command line). client: the
+  /// agent's (not owned; outlives this).
+  EndpointFailover(std::vector<HostPort> endpoints, HostedJob job, TlsFiles tls, CoordinatorOptions options,
+                   CoordinatorClient& client);
+
+  int endpoints() const override { return static_cast<int>(endpoints_.size()); }
+  std::string endpoint(int epoch) const override;
+  bool move_to(const Takeover& takeover) override;
+
+  /// The coordinator this agent hosts since a failover, or null.
+  CoordinatorServer* hosting() const { return hosted_.get(); }
+
+ private:
+  std::vector<HostPort> endpoints_;
+  HostedJob job_;
+  TlsFiles tls_;
+  CoordinatorOptions options_;
+  CoordinatorClient& client_;
+  std::unique_ptr<CoordinatorServer> hosted_;
+};
+
+}  // namespace ddp
