@@ -20,11 +20,18 @@ rendezvous waits the last call for a third node. torchrun is Debian's torch 1.13
 through tests/bench/torchrun_shim.py, with --max_restarts 3 (a node loss uses a
 restart there; it uses none under ddplaunch).
 
-Exits 0 when every run resumed and the survivors finished (exit 0, nothing left
-running), 1 otherwise. The table comes last.
+--lose coordinator kills node 0 instead, the node that hosts the rendezvous: ddplaunch
+gets two endpoints (--rdzv-endpoint=127.0.0.1:P,127.0.0.1:P2) and fails over to the
+second; torchrun's c10d store lives on node 0, so its survivors are given --give-up
+seconds and reported as not resumed (nothing to compare: there is no ratio).
+
+Exits 0 when every ddplaunch run resumed and its survivors finished (exit 0, nothing
+left running), and every torchrun run did too where it can (not with --lose
+coordinator); 1 otherwise. The table comes last.
 
 Usage: /usr/bin/python3 tests/bench/node_loss_bench.py [--repeat 1] [--last-call 5]
-         [--warm-steps 30] [--steps 300] [--skip-torch] [--json]
+         [--warm-steps 30] [--steps 300] [--lose other|coordinator] [--give-up 60]
+         [--skip-torch] [--json]
 """
 import argparse
 import json
@@ -53,11 +60,14 @@ NODES = 3
 def agent_commands(launcher, args, tmp, steps_log):
     port, job = free_port(), f"nodeloss-{secrets.token_hex(4)}"
     program = [PYTHON, SCRIPT, steps_log, str(args.steps)]  # the interpreter that has torch
+    endpoint = f"127.0.0.1:{port}"
+    if args.lose == "coordinator":
+        endpoint += f",127.0.0.1:{free_port()}"  # where the survivors fail over
     cmds = []
     for node in range(NODES):
         if launcher == "ddplaunch":
             cmds.append([DDPLAUNCH, "--nnodes=2:3", "--nproc-per-node=1", f"--node-rank={node}",
-                         f"--rdzv-endpoint=127.0.0.1:{port}", f"--rdzv-id={job}", f"--token=t{job}",
+                         f"--rdzv-endpoint={endpoint}", f"--rdzv-id={job}", f"--token=t{job}",
                          f"--rdzv-conf=last_call_timeout={args.last_call:g}", f"--log-dir={tmp}/logs{node}",
                          "--no-python", *program])
         else:
@@ -114,15 +124,19 @@ def run_once(launcher, args):
         if not wait_for(warm, 120):
             result["why"] = f"the {NODES}-rank world did not train {args.warm_steps} steps within 120 s"
             return result
+        lost = 0 if args.lose == "coordinator" else NODES - 1
+        hopeless = launcher == "torchrun" and lost == 0  # its store died with node 0
         t_kill = time.time()
-        kill_marked(tokens[NODES - 1])  # node 2: its agent and its rank, at once
+        kill_marked(tokens[lost])  # its agent and its rank, at once
         resumed = lambda: [t for t, w, _ in steps_of(steps_log) if w == NODES - 1 and t > t_kill]  # noqa: E731
-        if not wait_for(resumed, 180):
-            result["why"] = "the survivors did not resume within 180 s"
+        give_up = args.give_up if hopeless else 180
+        if not wait_for(resumed, give_up):
+            result["why"] = f"the survivors did not resume within {give_up:g} s"
+            result["ok"] = hopeless
             return result
         result["resumed_s"] = resumed()[0] - t_kill
         rcs = []
-        for p in procs[:-1]:
+        for p in procs[:lost] + procs[lost + 1:]:
             try:
                 rcs.append(p.wait(timeout=120))
             except subprocess.TimeoutExpired:
@@ -158,6 +172,10 @@ def main():
     ap.add_argument("--last-call", type=float, default=5.0)
     ap.add_argument("--warm-steps", type=int, default=30)
     ap.add_argument("--steps", type=int, default=300)
+    ap.add_argument("--lose", choices=("other", "coordinator"), default="other",
+                    help="which node is lost: node 2, or node 0 that hosts the rendezvous")
+    ap.add_argument("--give-up", type=float, default=60.0,
+                    help="--lose coordinator: how long torchrun's survivors get")
     ap.add_argument("--skip-torch", action="store_true")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
@@ -168,8 +186,8 @@ def main():
         for name in launchers:
             r = run_once(name, args)
             runs[name].append(r)
-            if not r["ok"]:
-                failed = True
+            if not r["ok"] or r["resumed_s"] is None:
+                failed = failed or not r["ok"]
                 print(f"{name}: {r['why']}", file=sys.stderr)
                 for node, tail in r.get("tails", {}).items():
                     print(f"--- {name} agent {node}:\n{tail}", file=sys.stderr)
@@ -177,10 +195,14 @@ def main():
                for n, rs in runs.items()}
     if args.json:
         print(json.dumps({"medians_s": medians, "runs": runs}))
-    print(f"node loss to training resumed on the survivors ({NODES} nodes -> {NODES - 1}, last call "
+    which = "node 0, the rendezvous host" if args.lose == "coordinator" else "node 2"
+    print(f"node loss ({which}) to training resumed on the survivors ({NODES} nodes -> {NODES - 1}, last call "
           f"{args.last_call:g} s, median of {args.repeat}):")
     for name in launchers:
-        print(f"  {name:<10} {medians[name]:7.2f} s")
+        if medians[name] == medians[name]:
+            print(f"  {name:<10} {medians[name]:7.2f} s")
+        else:
+            print(f"  {name:<10} did not resume ({runs[name][0]['why']})")
     if "torchrun" in medians and medians["torchrun"] == medians["torchrun"]:
         print(f"  ratio ddplaunch/torchrun: {medians['ddplaunch'] / medians['torchrun']:.3f}")
     return 1 if failed else 0

@@ -135,6 +135,17 @@ class BenchmarkSmokeTest(unittest.TestCase):
             self.assertEqual(doc["medians_s"][side], run["resumed_s"], side)
         self.assertIn("ratio ddplaunch/torchrun", res.stdout)
 
+    def test_node_loss_bench_losing_the_rendezvous_host(self):
+        res = self.bench("node_loss_bench.py", "--lose", "coordinator", "--give-up", 8, "--repeat", 1,
+                         "--last-call", 2, "--warm-steps", 10, "--steps", 100, "--json", timeout=300)
+        doc = json_document(res)
+        [ours] = doc["runs"]["ddplaunch"]
+        self.assertTrue(ours["ok"], ours)
+        self.assertGreater(ours["resumed_s"], 0)
+        [theirs] = doc["runs"]["torchrun"]
+        self.assertIsNone(theirs["resumed_s"], "torchrun's store lives on node 0")
+        self.assertIn("torchrun   did not resume (the survivors did not resume within 8 s)", res.stdout)
+
     def test_companion_bench(self):
         res = self.bench("companion_bench.py", "--repeat", 1, "--steps", 200, "--widths", "32",
                          "--heartbeat-interval", "0.1", "--json", timeout=180)

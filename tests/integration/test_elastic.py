@@ -10,7 +10,7 @@ import re
 import signal
 import unittest
 
-from launcher_harness import PYTHON, free_port, wait_until
+from launcher_harness import PYTHON, free_port, wait_until, worker
 from multinode_harness import EXIT_NODE_LOST, EXIT_RDZV, MultiNodeTestCase
 from netns_harness import NetnsTestCase, ip
 from test_ddptrain import DDPTRAIN, TORCH_OK, DdptrainCase, checkpoint_steps
@@ -125,6 +125,39 @@ class CoordinatorFailoverTest(ElasticCase):
         self.assert_no_leftovers()
 
 
+@unittest.skipUnless(TORCH_OK, "PYTHON_EXEC cannot import torch (needed by ddptrain's tests)")
+class RestartedCoordinatorNodeTest(ElasticCase):
+    """After the job failed over, the first endpoint's node is started again (as a
+    supervisor would): it finds the job at the second endpoint and joins it there,
+    instead of hosting a second copy at the first."""
+
+    def test_a_restarted_first_node_joins_the_job_where_it_failed_over(self):
+        ck = self.tmp / "ck"
+        endpoints = f"{self.endpoint()},127.0.0.1:{free_port()}"
+        program = [DDPTRAIN, *map(str, TRAIN[:-2]), "--steps", "6000", "--checkpoint-dir", str(ck),
+                   "--checkpoint-every", "200"]
+
+        def agent():
+            return self.start_agent("2:3", 1, program, conf=CONF, endpoint=endpoints, env_extra=self.train_env(),
+                                    extra=["--shutdown-grace=2"])
+        launches = [agent() for _ in range(3)]
+        self.wait_for_checkpoint(ck, 200, launches)
+        hosts = [i for i, l in enumerate(launches) if "coordinator listening on" in self.current_output(l).err]
+        self.assertEqual(len(hosts), 1, self.describe_all([self.current_output(l) for l in launches]))
+        self.signal_launch(launches[hosts[0]], signal.SIGKILL)
+        survivors = [l for i, l in enumerate(launches) if i != hosts[0]]
+        if not wait_until(lambda: any("this agent now hosts" in self.current_output(l).err for l in survivors), 60):
+            self.fail("no failover within 60 s" + self.describe_all([self.current_output(l) for l in survivors]))
+        restarted = agent()
+        results = self.finish_all(survivors + [restarted], timeout=120)
+        desc = self.describe_all(results)
+        self.assertEqual([r.rc for r in results], [0, 0, 0], desc)
+        self.assertIn("it failed over while this node was away; joining it there", results[2].err, desc)
+        self.assertNotIn("coordinator listening on", results[2].err, desc)
+        self.assertRegex(results[2].err, r"joined the running job at generation [2-9]", desc)
+        self.assert_no_leftovers()
+
+
 class NamespaceCase(TrainingRun, NetnsTestCase, DdptrainCase):
     """Elastic ddptrain agents, each in its own network namespace."""
 
@@ -234,6 +267,47 @@ class MultiNodePreemptionTest(TrainingRun, MultiNodeTestCase, DdptrainCase):
         self.assertIn(f"(step {stopped_at})", again[0].out, desc)
         (row,) = self.compare((final, ref))
         self.assert_bitwise(row, f"stopped after step {stopped_at} on both nodes, resumed")
+        self.assert_no_leftovers()
+
+
+@unittest.skipUnless(TORCH_OK, "PYTHON_EXEC cannot import torch")
+class MultiNodePythonPreemptionTest(MultiNodeTestCase):
+    """The same flow with an unmodified PyTorch DDP script and its one-line check,
+    ddplaunch.should_stop() (tests/integration/workers/torch_ddp_preemptible.py)."""
+
+    def agents(self, outdir, steps):
+        program = [PYTHON, worker("torch_ddp_preemptible.py"), str(outdir), "--steps", str(steps)]
+        return [self.start_agent(2, 2, program, node_rank=r, conf="heartbeat_interval=0.5",
+                                 extra=["--heartbeat-interval=0.2", "--stop-timeout=60"])
+                for r in range(2)]
+
+    def test_sigterm_to_one_node_stops_every_rank_of_a_pytorch_script_at_one_step_and_it_resumes(self):
+        outdir = self.tmp / "preempted"
+        outdir.mkdir()
+        launches = self.agents(outdir, 100000)
+        if not wait_until(lambda: (outdir / "ready").exists(), 60):
+            self.fail("the script did not reach step 5 within 60 s"
+                      + self.describe_all([self.current_output(l) for l in launches]))
+        self.signal_launch(launches[1], signal.SIGTERM)
+        results = self.finish_all(launches, timeout=90)
+        desc = self.describe_all(results)
+        self.assertEqual([r.rc for r in results], [75, 75], desc)
+        stopped = re.findall(r"torch_ddp_preemptible: rank (\d+) stopped after (\d+)", results[0].out + results[1].out)
+        self.assertEqual(sorted(int(r) for r, _ in stopped), [0, 1, 2, 3], desc)
+        steps = {int(n) for _, n in stopped}
+        self.assertEqual(len(steps), 1, f"the ranks stopped after different steps: {stopped}{desc}")
+        stopped_at = steps.pop()
+        for r in results:
+            self.assertIn("SIGTERM to ddplaunch on node 1 (", r.err, desc)
+            self.assertNotIn("did not all stop", r.err, desc)
+
+        again = self.finish_all(self.agents(outdir, stopped_at + 20), timeout=90)
+        desc = self.describe_all(again)
+        self.assertEqual([r.rc for r in again], [0, 0], desc)
+        resumed = re.findall(r"torch_ddp_preemptible: rank (\d+) resumed at step (\d+)", again[0].out + again[1].out)
+        self.assertEqual(sorted(int(r) for r, _ in resumed), [0, 1, 2, 3], desc)
+        self.assertEqual({int(n) for _, n in resumed}, {stopped_at}, desc)
+        self.assertTrue((outdir / "final.pt").exists(), desc)
         self.assert_no_leftovers()
 
 

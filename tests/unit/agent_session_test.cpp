@@ -63,6 +63,7 @@ class ScriptedCoordinator final : public CoordinatorCalls {
   Status heartbeat(int, int64_t, Duration, const std::vector<ForwardedReport>&, std::vector<int>*,
                    const std::vector<RankStacks>&, std::optional<JobStop>* stop) override {
     ++heartbeats;
+    if (refused) return {StatusCode::kUnavailable, "ipv4:10.0.0.1:29400: Failed to connect to remote host: Connection refused"};
     if (unreachable) return {StatusCode::kUnavailable, "connection refused"};
     std::lock_guard<std::mutex> lock(mutex);
     if (stop) *stop = announced_stop;
@@ -130,6 +131,7 @@ class ScriptedCoordinator final : public CoordinatorCalls {
   int give_restarts_used = 0;
   bool block_joins = false;
   std::atomic<bool> unreachable{false};
+  std::atomic<bool> refused{false};  // the coordinator's host answers, nothing listens
   std::atomic<int> heartbeats{0};
 };
 
@@ -389,6 +391,37 @@ TEST_F(AgentSessionFailoverTest, ACoordinatorLostWhileTheVerdictIsAwaitedFailsOv
       << v.reason;
   ASSERT_EQ(failover.moves.size(), 1u);
   EXPECT_EQ(failover.moves[0].epoch, 1);
+}
+
+TEST_F(AgentSessionFailoverTest, ARefusedConnectionFailsOverAfterThreeHeartbeatIntervalsNotTheTimeout) {
+  settings.heartbeat_interval = 1ms;  // the pause between heartbeats stays short; the limit is at least 1 s
+  session = std::make_unique<AgentSession>(settings, coordinator, clock, wakeup, health, &failover);
+  session->join();
+  coordinator.refused = true;
+  const int before = coordinator.heartbeats.load();
+  ASSERT_TRUE(eventually([&] { return coordinator.heartbeats.load() > before + 1; }));
+  clock.advance(900ms);
+  const int later = coordinator.heartbeats.load();
+  ASSERT_TRUE(eventually([&] { return coordinator.heartbeats.load() > later + 1; }));
+  EXPECT_FALSE(session->stop_requested()) << "not within 1 s";
+  clock.advance(200ms);  // 1.1 s of refusals, far below the 15 s timeout
+  ASSERT_TRUE(eventually([&] { return session->stop_requested(); }));
+  coordinator.refused = false;
+  AttemptSummary stopped;
+  stopped.stop_requested = true;
+  EXPECT_TRUE(session->conclude(stopped).restart);
+  EXPECT_EQ(failover.moves.size(), 1u);
+}
+
+TEST_F(AgentSessionTest, WithoutAnotherEndpointARefusedConnectionIsWaitedForTheWholeTimeout) {
+  session->join();
+  coordinator.refused = true;
+  const int before = coordinator.heartbeats.load();
+  ASSERT_TRUE(eventually([&] { return coordinator.heartbeats.load() > before + 1; }));
+  clock.advance(5s);  // a standalone coordinator restarting
+  const int later = coordinator.heartbeats.load();
+  ASSERT_TRUE(eventually([&] { return coordinator.heartbeats.load() > later + 2; }));
+  EXPECT_FALSE(session->stop_requested());
 }
 
 TEST_F(AgentSessionFailoverTest, AtTheLastEndpointALostCoordinatorEndsTheNode) {

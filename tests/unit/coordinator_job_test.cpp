@@ -1455,7 +1455,13 @@ TEST_F(FailoverTest, TheNextEndpointTakesTheJobOverWithTheSurvivorsInTheNextGene
   EXPECT_EQ(outs[0]->assignment.generation, 4);
   EXPECT_EQ(outs[0]->assignment.nnodes, 2);
   EXPECT_EQ(outs[0]->assignment.restarts_used, 2);
-  EXPECT_EQ(nlohmann::json::parse(job().status_json())["generation"], 4);
+  const auto status = nlohmann::json::parse(job().status_json());
+  EXPECT_EQ(status["generation"], 4);
+  EXPECT_EQ(status["restarts_used"], 2);
+  EXPECT_EQ(status["coordinator_epoch"], nlohmann::json::array({1, 2}));
+  EXPECT_EQ(status["membership_changes"], 1);
+  EXPECT_EQ(status["departed"][0], "the coordinator of epoch 0 was lost; this one (epoch 1) took the job over at "
+                                   "generation 4");
 }
 
 TEST_F(FailoverTest, ATakeoverFormsWithAQuorumAfterTheLastCallButNotWithLess) {

@@ -68,5 +68,15 @@ TEST(StatusCommand, ShowsTheMembershipOfAnElasticJob) {
   EXPECT_EQ(lines(render_status({{"job_id", "j4"}, {"membership", nlohmann::json::array()}})).size(), 2u);
 }
 
+TEST(StatusCommand, SaysWhichEndpointOfAFailoverListCoordinatesTheJob) {
+  const nlohmann::json s = {{"job_id", "j5"},
+                            {"nnodes_range", {1, 3}},
+                            {"membership", {{{"node", 0}, {"host", "b"}}}},
+                            {"coordinator_epoch", {1, 2}}};
+  const auto out = lines(render_status(s));
+  ASSERT_GE(out.size(), 3u) << render_status(s);
+  EXPECT_EQ(out[2], "coordinator: --rdzv-endpoint entry 2 of 2 (took the job over)");
+}
+
 }  // namespace
 }  // namespace ddp

@@ -33,7 +33,8 @@ AgentSession::AgentSession(AgentSettings settings, CoordinatorCalls& calls, cons
       health_(health),
       calls_(calls),
       clock_(clock),
-      failover_(failover) {
+      failover_(failover),
+      epoch_(settings_.epoch) {
   // Stacks go to the coordinator at once: it holds the hung job's report for them.
   health_.set_stacks_listener([this] {
     {
@@ -169,7 +170,7 @@ void AgentSession::heartbeat_loop(int64_t generation) {
     const auto now = clock_.now();
     if (s.ok()) {
       last_ok = now;
-    } else if (now - last_ok > settings_.coordinator_timeout) {
+    } else if (now - last_ok > loss_limit(s)) {
       coordinator_lost_ = true;
       request_stop(fmt::format("the coordinator at {} has been unreachable for {:.0f} s ({})", settings_.endpoint,
                                std::chrono::duration<double>(now - last_ok).count(), s.message()));
@@ -296,7 +297,7 @@ Verdict AgentSession::await_verdict(int64_t generation) {
     const Status s = calls_.watch(assignment_.node_rank, generation, known, 1s, view, nullptr);
     const auto now = clock_.now();
     if (!s.ok()) {
-      if (now - last_ok > settings_.coordinator_timeout) {
+      if (now - last_ok > loss_limit(s)) {
         return fail_over(fmt::format("lost the coordinator at {} while waiting for the job's verdict: {}",
                                      settings_.endpoint, s.message()));
       }
@@ -317,6 +318,19 @@ Verdict AgentSession::await_verdict(int64_t generation) {
       return Verdict::finish(view.exit_code, view.reason);
     }
   }
+}
+
+Duration AgentSession::loss_limit(const Status& s) const {
+  // A refused connection means the coordinator's host answered and nothing
+  // listens: the coordinator's process, and with it that node's agent, is
+  // gone (no partition looks like that). With an endpoint to fail over to,
+  // there is no reason to wait the whole timeout. (A standalone coordinator
+  // that restarts is waited for: it has no failover list.)
+  const bool refused = s.code() == StatusCode::kUnavailable &&
+                       s.message().find("Connection refused") != std::string::npos;
+  if (!refused || failover_ == nullptr || epoch_ + 1 >= failover_->endpoints()) return settings_.coordinator_timeout;
+  return std::min<Duration>(settings_.coordinator_timeout,
+                            std::max<Duration>(3 * settings_.heartbeat_interval, std::chrono::seconds(1)));
 }
 
 Verdict AgentSession::fail_over(const std::string& why) {

@@ -36,6 +36,7 @@ namespace ddp {
 
 struct AgentSettings {
   std::string endpoint;  // coordinator host:port
+  int epoch = 0;         // endpoint's place in the job's failover list
   std::string job_id;
   std::string token;
   int nnodes = 1;      // the most nodes
@@ -111,6 +112,8 @@ class AgentSession final : public AttemptArbiter {
   Verdict fail_over(const std::string& why);
   /// Moves to the endpoint after takeover_.epoch (skipping one); false when none is left.
   bool move_on(const std::string& why);
+  /// How long the coordinator may fail calls like s before it counts as lost.
+  Duration loss_limit(const Status& s) const;
 
   AgentSettings settings_;
   int wakeup_fd_;

@@ -52,6 +52,11 @@ std::string render_membership(const nlohmann::json& s) {
   if (s.contains("departed")) {
     for (const auto& d : s["departed"]) out += fmt::format("  left: {}\n", d.get<std::string>());
   }
+  if (s.contains("coordinator_epoch")) {
+    const int epoch = s["coordinator_epoch"][0].get<int>();
+    out += fmt::format("coordinator: --rdzv-endpoint entry {} of {}{}\n", epoch + 1,
+                       s["coordinator_epoch"][1].get<int>(), epoch > 0 ? " (took the job over)" : "");
+  }
   return out;
 }
 

@@ -75,6 +75,10 @@ CoordinatorJob::CoordinatorJob(std::string job_id, std::string token, JobConfig 
   takeover_ = takeover;
   generation_ = takeover->generation;
   restarts_used_ = takeover->restarts_used;
+  membership_changes_ = 1;  // the takeover itself (earlier ones were counted by the lost coordinator)
+  departed_.push_back(fmt::format("the coordinator of epoch {} was lost; this one (epoch {}) took the job over at "
+                                  "generation {}",
+                                  takeover->epoch - 1 - takeover->skipped, takeover->epoch, takeover->generation));
   rendezvous_.open(generation_, std::vector<std::string>{}, takeover->previous_nnodes - 1, takeover_quorum(*takeover));
   // Each survivor notices the loss after node_timeout, then stops its workers.
   takeover_deadline_ = created_at_ + 2 * config_.node_timeout + config_.last_call_timeout;
@@ -314,6 +318,7 @@ std::string CoordinatorJob::status_json() const {
   j["membership_changes"] = membership_changes_;
   j["waiting_nodes"] = rendezvous_.waiting();
   j["departed"] = departed_;
+  if (config_.endpoints > 1) j["coordinator_epoch"] = {config_.epoch, config_.endpoints};
   if (!membership_stop_.empty()) j["stopping_for"] = membership_stop_;
   if (job_stop_) {
     j["stop_requested"] = {{"reason", job_stop_->reason}};

@@ -44,4 +44,20 @@ bool EndpointFailover::move_to(const Takeover& takeover) {
   return hosted_ != nullptr && hosted_->port() == port;
 }
 
+std::optional<int> find_taken_over_job(const std::vector<HostPort>& endpoints, const std::string& job_id,
+                                       const std::string& token, const TlsFiles& tls, Duration probe_timeout) {
+  for (int epoch = static_cast<int>(endpoints.size()) - 1; epoch > 0; --epoch) {
+    const HostPort& e = endpoints[static_cast<size_t>(epoch)];
+    const std::string target = format_host_port(e.host, e.port.value_or(0));
+    CoordinatorClient probe(target, job_id, token, tls);
+    std::string json;
+    if (!probe.status(probe_timeout, json).ok()) continue;
+    spdlog::warn("job {} runs at {} (--rdzv-endpoint entry {}): it failed over while this node was away; joining it "
+                 "there",
+                 job_id, target, epoch + 1);
+    return epoch;
+  }
+  return std::nullopt;
+}
+
 }  // namespace ddp

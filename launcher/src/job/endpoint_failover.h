@@ -8,6 +8,7 @@
 // Threading: move_to() and hosting() run on the event-loop thread.
 
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include "agent/coordinator_failover.h"
@@ -40,5 +41,12 @@ class EndpointFailover final : public CoordinatorFailover {
   CoordinatorClient& client_;
   std::unique_ptr<CoordinatorServer> hosted_;
 };
+
+/// An agent starting (or restarting) while its job may already have failed
+/// over: the latest later endpoint whose coordinator runs the job, each
+/// asked for probe_timeout (latest first). nullopt: none does, and the job
+/// starts at the first endpoint.
+std::optional<int> find_taken_over_job(const std::vector<HostPort>& endpoints, const std::string& job_id,
+                                       const std::string& token, const TlsFiles& tls, Duration probe_timeout);
 
 }  // namespace ddp

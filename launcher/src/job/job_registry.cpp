@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 
@@ -28,24 +29,30 @@ fs::path jobs_dir() {
 
 }  // namespace
 
-JobRegistration::JobRegistration(const RunningJob& job) {
-  const nlohmann::json j = {{"job_id", job.job_id},     {"endpoint", job.endpoint}, {"token", job.token},
-                            {"tls_cert", job.tls_cert}, {"tls_key", job.tls_key},   {"tls_ca", job.tls_ca},
-                            {"pid", job.pid},           {"started_unix_s", job.started_unix_s}};
-  path_ = (jobs_dir() / (job.job_id + "." + std::to_string(job.pid) + ".json")).string();
-  const int fd = open(path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-  if (fd < 0) {
-    path_.clear();  // status will not find this job; the job itself runs on
-    return;
-  }
-  const std::string text = j.dump();
-  [[maybe_unused]] ssize_t n = write(fd, text.data(), text.size());
-  close(fd);
+JobRegistration::JobRegistration(const RunningJob& job)
+    : job_(job), path_((jobs_dir() / (job.job_id + "." + std::to_string(job.pid) + ".json")).string()) {
+  write();
 }
 
-JobRegistration::~JobRegistration() {
-  if (!path_.empty()) unlink(path_.c_str());
+void JobRegistration::update_endpoint(const std::string& endpoint) {
+  job_.endpoint = endpoint;
+  write();
 }
+
+void JobRegistration::write() const {
+  const nlohmann::json j = {{"job_id", job_.job_id},     {"endpoint", job_.endpoint}, {"token", job_.token},
+                            {"tls_cert", job_.tls_cert}, {"tls_key", job_.tls_key},   {"tls_ca", job_.tls_ca},
+                            {"pid", job_.pid},           {"started_unix_s", job_.started_unix_s}};
+  const std::string temporary = path_ + ".tmp";
+  const int fd = open(temporary.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+  if (fd < 0) return;  // status will not find this job; the job itself runs on
+  const std::string text = j.dump();
+  const bool written = ::write(fd, text.data(), text.size()) == static_cast<ssize_t>(text.size());
+  close(fd);
+  if (!written || rename(temporary.c_str(), path_.c_str()) != 0) unlink(temporary.c_str());
+}
+
+JobRegistration::~JobRegistration() { unlink(path_.c_str()); }
 
 std::vector<RunningJob> running_jobs() {
   std::vector<RunningJob> jobs;

@@ -27,8 +27,13 @@ class JobRegistration {
   ~JobRegistration();
   JobRegistration(const JobRegistration&) = delete;
   JobRegistration& operator=(const JobRegistration&) = delete;
+  /// The job's coordinator moved (failover to the next endpoint). The entry
+  /// is replaced at once (rename), so a reader never sees half of it.
+  void update_endpoint(const std::string& endpoint);
 
  private:
+  void write() const;
+  RunningJob job_;
   std::string path_;
 };
 

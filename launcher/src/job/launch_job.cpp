@@ -569,18 +569,28 @@ int run_launch(const LaunchPlan& plan, OrphanSentinel* sentinel) {
     }
   }
 
-  const std::unique_ptr<CoordinatorServer> coordinator = host_coordinator(plan, tls);
-  const std::string endpoint = plan.nnodes == 1 ? fmt::format("127.0.0.1:{}", coordinator->port())
-                                                : format_host_port(plan.rdzv_host, plan.rdzv_port);
-  const JobRegistration registered(
+  // A node (re)started after its job failed over must not host a second copy
+  // at the first endpoint: it joins where the job runs now.
+  const int start_epoch =
+      plan.later_endpoints.empty()
+          ? 0
+          : find_taken_over_job(endpoint_list(plan), plan.job_id, plan.token, tls, std::chrono::milliseconds(500))
+                .value_or(0);
+  const std::unique_ptr<CoordinatorServer> coordinator = start_epoch > 0 ? nullptr : host_coordinator(plan, tls);
+  CoordinatorClient coordinator_client(plan.nnodes == 1 ? fmt::format("127.0.0.1:{}", coordinator->port())
+                                                        : format_host_port(plan.rdzv_host, plan.rdzv_port),
+                                       plan.job_id, plan.token, tls);
+  EndpointFailover failover(endpoint_list(plan), hosted_job(plan), tls, coordinator_options(plan), coordinator_client);
+  if (start_epoch > 0) coordinator_client.retarget(failover.endpoint(start_epoch), start_epoch);
+  const std::string endpoint = coordinator_client.endpoint();
+  JobRegistration registered(
       {plan.job_id, endpoint, plan.token, plan.tls_cert, plan.tls_key, plan.tls_ca, static_cast<int>(getpid()),
        std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count()});
   const WakeupFd wakeup;
   WorkerHealthBoard health(SystemClock::instance(), stack_answer_timeout(plan.heartbeat_interval));
   AgentSettings settings = agent_settings(plan, endpoint);
   settings.hosts_coordinator = coordinator != nullptr;
-  CoordinatorClient coordinator_client(endpoint, plan.job_id, plan.token, tls);
-  EndpointFailover failover(endpoint_list(plan), hosted_job(plan), tls, coordinator_options(plan), coordinator_client);
+  settings.epoch = start_epoch;
   AgentSession session(std::move(settings), coordinator_client, SystemClock::instance(), wakeup.fd(), health,
                        plan.later_endpoints.empty() ? nullptr : &failover);
   remove_sockets_of_dead_agents(runtime_dir);
@@ -611,6 +621,7 @@ int run_launch(const LaunchPlan& plan, OrphanSentinel* sentinel) {
   bool defaults_told = false;
   config.plan_attempt = [&](int attempt) {
     const Assignment layout = session.join();
+    if (session.epoch() > 0) registered.update_endpoint(failover.endpoint(session.epoch()));
     router.set_node_rank(layout.node_rank);
     listener.set_node_rank(layout.node_rank);
     local.set_layout({layout, plan.nproc});

@@ -6,6 +6,8 @@ when it says so, rank 0 saves a checkpoint and every rank prints
 
 Usage: torch_ddp_preemptible.py OUTDIR [--steps N]
 OUTDIR/ready appears after step 5; OUTDIR/checkpoint.pt holds {"steps": N, "model": state_dict}.
+Started again with that checkpoint there, it resumes ("resumed at step N") and, once
+--steps are done, rank 0 writes OUTDIR/final.pt with the model.
 """
 import argparse
 import datetime
@@ -31,7 +33,15 @@ def main():
     torch.manual_seed(0)
     model = nn.parallel.DistributedDataParallel(nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 1)))
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
-    for step in range(args.steps):
+    start = 0
+    checkpoint = os.path.join(args.outdir, "checkpoint.pt")
+    if os.path.exists(checkpoint):
+        saved = torch.load(checkpoint)
+        model.module.load_state_dict(saved["model"])
+        start = saved["steps"]
+        print(f"torch_ddp_preemptible: rank {rank} resumed at step {start}", flush=True)
+    for step in range(start, args.steps):
+        torch.manual_seed(1000 + step)  # each step's batch depends on the step alone
         x = torch.randn(8, 16)
         opt.zero_grad()
         model(x).pow(2).mean().backward()
@@ -47,6 +57,8 @@ def main():
             dist.barrier()
             return 0
         time.sleep(0.005)
+    if rank == 0:
+        torch.save(model.module.state_dict(), os.path.join(args.outdir, "final.pt"))
     return 0
 
 
