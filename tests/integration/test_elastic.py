@@ -82,21 +82,22 @@ class ElasticTrainingTest(ElasticCase):
         self.assert_close(row, 1e-10, "3 ranks, one node lost, then 2 ranks vs 2 ranks throughout")
         self.assert_no_leftovers()
 
-    def test_a_node_that_joins_a_running_job_makes_it_grow(self):
+    def test_a_fourth_node_that_joins_a_running_job_makes_it_grow(self):
         ref = self.reference()
         ck, final = self.tmp / "ck", self.tmp / "final.pt"
-        launches = [self.elastic_agent("2:3", r, ck, final) for r in range(2)]
+        launches = [self.elastic_agent("2:4", r, ck, final) for r in range(3)]
         self.wait_for_checkpoint(ck, 100, launches)
-        launches.append(self.elastic_agent("2:3", None, ck, final))
-        results = self.finish_all(launches, timeout=120)
+        launches.append(self.elastic_agent("2:4", None, ck, final))
+        results = self.finish_all(launches, timeout=180)
         desc = self.describe_all(results)
-        self.assertEqual([r.rc for r in results], [0, 0, 0], desc)
-        self.assertIn("1 node(s) waiting to join: stopping generation 0 to re-form with 3 node(s)", results[0].err,
-                      desc)
-        self.assertIn("joined the running job at generation 1", results[2].err, desc)
-        self.assertIn("continuing on 3 with the same global batch 12", results[0].out, desc)
+        self.assertEqual([r.rc for r in results], [0, 0, 0, 0], desc)
+        self.assertIn("ddptrain: mlp, 284682 parameters, 3 rank(s)", results[0].out, desc)
+        self.assertRegex(results[0].err, r"1 node\(s\) waiting to join: stopping generation \d+ to re-form with 4 "
+                                         r"node\(s\)", desc)
+        self.assertRegex(results[3].err, r"joined the running job at generation [1-9]", desc)
+        self.assertIn("continuing on 4 with the same global batch 12", results[0].out, desc)
         (row,) = self.compare((final, ref))
-        self.assert_close(row, 1e-10, "2 ranks, a third node joins, then 3 ranks vs 2 ranks throughout")
+        self.assert_close(row, 1e-10, "3 ranks, a fourth node joins, then 4 ranks vs 2 ranks throughout")
         self.assert_no_leftovers()
 
 

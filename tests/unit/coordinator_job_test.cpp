@@ -1482,7 +1482,7 @@ TEST_F(FailoverTest, ATakeoverFormsWithAQuorumAfterTheLastCallButNotWithLess) {
   clock().advance(3s);  // past the last call: 2 of 4 are no quorum
   job().tick();
   EXPECT_EQ(alone->calls, 0);
-  clock().advance(2 * 5s + 2s);  // past the takeover's deadline
+  clock().advance(2 * 5s + 2s + 30s);  // past the takeover's deadline
   job().tick();
   ASSERT_EQ(alone->calls, 1);
   ASSERT_EQ(second->calls, 1);
@@ -1492,6 +1492,79 @@ TEST_F(FailoverTest, ATakeoverFormsWithAQuorumAfterTheLastCallButNotWithLess) {
       << alone->status.message();
   EXPECT_TRUE(job().finished());
   EXPECT_EQ(job().current_view().exit_code, exit_code::kNodeLost);
+}
+
+TEST_F(FailoverTest, NewcomersWaitWhileATakeoverGathersItsQuorumAndGetInAfterIt) {
+  Takeover t;
+  t.generation = 1;
+  t.previous_nnodes = 3;  // 2 needed
+  make_failover(1, 2, t);
+  auto newcomer = join(elastic_params(host(9), 0));
+  auto survivor = join(elastic_params(host(1), 1));
+  clock().advance(3s);  // past the last call: 1 survivor and a newcomer are no quorum
+  job().tick();
+  EXPECT_EQ(survivor->calls, 0);
+  EXPECT_EQ(newcomer->calls, 0);
+  auto other = join(elastic_params(host(2), 1));  // both survivors: the world forms without the newcomer
+  ASSERT_EQ(survivor->calls, 1);
+  EXPECT_EQ(survivor->assignment.nnodes, 2);
+  EXPECT_EQ(newcomer->calls, 0) << "the newcomer waits for the next generation";
+  EXPECT_NE(job().current_view().reason.find("waiting to join"), std::string::npos) << "and the job grows for it";
+}
+
+TEST_F(FailoverTest, AtTheDeadlineATakeoverWithItsQuorumFormsInsteadOfEnding) {
+  Takeover t;
+  t.generation = 1;
+  t.previous_nnodes = 4;  // 2 needed, 3 expected
+  make_failover(1, 2, t);
+  JobConfig config = job().config();
+  config.last_call_timeout = 100s;  // longer than the deadline
+  h = std::make_shared<Harness>(config, t);
+  auto a = join(elastic_params(host(1), 1));
+  auto b = join(elastic_params(host(2), 1));
+  clock().advance(2 * 5s + 100s + 31s);
+  job().tick();
+  ASSERT_EQ(a->calls, 1);
+  EXPECT_TRUE(a->status.ok()) << a->status.message();
+  EXPECT_EQ(a->assignment.nnodes, 2);
+}
+
+TEST_F(FailoverTest, WhileAMajorityIsNeededARestartedGenerationWaitsForOne) {
+  make_failover(/*epoch=*/0, /*endpoints=*/2);
+  form({host(0), host(1), host(2)}, 0);
+  // Node 3's agent is signalled away: a membership change (3 -> 2 voters, 2 needed).
+  NodeOutcome leaving;
+  leaving.node_rank = 2;
+  leaving.leaving = true;
+  leaving.exit_code = 143;
+  leaving.description = "ddplaunch on node 2 received SIGTERM";
+  EXPECT_TRUE(job().report_outcome(0, leaving).ok());
+  EXPECT_TRUE(report(0, 0, 0, /*stopped=*/true).ok());
+  EXPECT_TRUE(report(0, 1, 0, /*stopped=*/true).ok());
+  ASSERT_EQ(job().current_view().generation, 1);
+  // A partition right after the verdict: node 0 alone cannot re-form (MIN would allow it).
+  auto alone = join(elastic_params(host(0), 1));
+  clock().advance(3s);
+  job().tick();
+  EXPECT_EQ(alone->calls, 0);
+  clock().advance(2 * 5s + 2s + 30s);
+  job().tick();
+  ASSERT_EQ(alone->calls, 1);
+  EXPECT_NE(alone->status.message().find("only 1 of the 2 node(s) of generation 0 reached this coordinator"),
+            std::string::npos)
+      << alone->status.message();
+}
+
+TEST_F(FailoverTest, ARestartedCoordinatorThatHearsAnAgentOfItsEarlierLifeEndsItsCopy) {
+  make_failover(/*epoch=*/0, /*endpoints=*/2);
+  auto own = join(elastic_params(host(0), 0));  // its own node's agent, restarted with it
+  int64_t current = 0;
+  const Status s = job().heartbeat(1, 3, current);  // a survivor of generation 3 of the job's earlier life
+  EXPECT_EQ(s.code(), StatusCode::kUnavailable) << "the survivor's coordinator is gone: it fails over";
+  ASSERT_EQ(own->calls, 1);
+  EXPECT_EQ(own->status.code(), StatusCode::kFailedPrecondition);
+  EXPECT_NE(own->status.message().find("its node restarted"), std::string::npos) << own->status.message();
+  EXPECT_TRUE(job().finished());
 }
 
 }  // namespace

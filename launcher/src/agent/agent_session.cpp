@@ -69,6 +69,7 @@ Assignment AgentSession::join() {
   p.hosts_coordinator = settings_.hosts_coordinator;
   p.max_node_failures = settings_.max_node_failures;
   p.grow = settings_.grow;
+  p.endpoints = failover_ != nullptr ? failover_->endpoints() : 1;
   const bool elastic = settings_.min_nnodes > 0 && settings_.min_nnodes < settings_.nnodes;
   spdlog::info("joining job {} generation {} at {} ({} node(s))", settings_.job_id, generation, settings_.endpoint,
                elastic ? fmt::format("{}:{}", settings_.min_nnodes, settings_.nnodes) : std::to_string(settings_.nnodes));
@@ -84,7 +85,7 @@ Assignment AgentSession::join() {
                                        : settings_.join_timeout;
     s = calls_.join(p, settings_.max_restarts, timeout, result,
                     [&signal] { return (signal = pending_stop_signal()) != 0; });
-    const bool unreachable = s.code() == StatusCode::kUnavailable || s.code() == StatusCode::kDeadlineExceeded;
+    const bool unreachable = s.code() == StatusCode::kUnavailable;  // never connected (CoordinatorClient::join)
     if (signal != 0 || s.ok() || !takeover_ || !unreachable || !move_on(s.message())) break;
   }
   if (signal != 0) {
@@ -322,10 +323,11 @@ Verdict AgentSession::await_verdict(int64_t generation) {
 
 Duration AgentSession::loss_limit(const Status& s) const {
   // A refused connection means the coordinator's host answered and nothing
-  // listens: the coordinator's process, and with it that node's agent, is
-  // gone (no partition looks like that). With an endpoint to fail over to,
-  // there is no reason to wait the whole timeout. (A standalone coordinator
-  // that restarts is waited for: it has no failover list.)
+  // listens there (its agent died while the machine stays up; or a firewall
+  // rejects). With an endpoint to fail over to, waiting the whole timeout
+  // gains nothing: the majority rules (membership/failover.h) keep a wrong
+  // guess safe. A standalone coordinator that restarts is waited for: it has
+  // no failover list. gRPC gives the cause only in its message.
   const bool refused = s.code() == StatusCode::kUnavailable &&
                        s.message().find("Connection refused") != std::string::npos;
   if (!refused || failover_ == nullptr || epoch_ + 1 >= failover_->endpoints()) return settings_.coordinator_timeout;

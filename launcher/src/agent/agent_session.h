@@ -123,7 +123,7 @@ class AgentSession final : public AttemptArbiter {
   Assignment assignment_;
   int64_t next_generation_ = 0;  // event-loop thread only
   CoordinatorFailover* failover_;
-  int epoch_ = 0;                     // event-loop thread only
+  int epoch_ = 0;  // written on the event-loop thread while the heartbeat and watch threads are stopped
   std::optional<Takeover> takeover_;  // the failover under way, until a world forms there
   std::atomic<bool> threads_stop_{false};
   std::mutex sleep_mutex_;

@@ -144,6 +144,7 @@ Status CoordinatorClient::join(const JoinParams& p, int max_restarts, Duration t
   req.set_hosts_coordinator(p.hosts_coordinator);
   req.set_max_node_failures(p.max_node_failures);
   req.set_grow(p.grow);
+  req.set_endpoints(p.endpoints);
   req.mutable_job_env()->insert(p.job_env.begin(), p.job_env.end());
   pb::JoinReply reply;
   grpc::ClientContext ctx;
@@ -188,7 +189,9 @@ Status CoordinatorClient::join(const JoinParams& p, int max_restarts, Duration t
     }
   }
   Status s = from_grpc(finished.get());
-  if (gave_up && s.code() == StatusCode::kCancelled) s = {StatusCode::kDeadlineExceeded, "Deadline Exceeded"};
+  // Never connected: Unavailable (nobody answers there), unlike a coordinator
+  // that answered with its own rendezvous timeout (DeadlineExceeded).
+  if (gave_up && s.code() == StatusCode::kCancelled) s = {StatusCode::kUnavailable, "Deadline Exceeded"};
   if (!s.ok() && c->diagnosis && c->channel->GetState(false) != GRPC_CHANNEL_READY &&
       (s.code() == StatusCode::kUnavailable || s.code() == StatusCode::kDeadlineExceeded)) {
     // gRPC's own words ("Deadline Exceeded") name no cause: say what the network says.

@@ -72,16 +72,26 @@ CoordinatorJob::CoordinatorJob(std::string job_id, std::string token, JobConfig 
   }
   // The survivors of the lost coordinator's last world re-join here: all of
   // them complete the world at once, a quorum of them after the last call.
-  takeover_ = takeover;
+  // Newcomers wait for the next generation (they must not make the quorum).
+  takeover_ = true;
   generation_ = takeover->generation;
   restarts_used_ = takeover->restarts_used;
   membership_changes_ = 1;  // the takeover itself (earlier ones were counted by the lost coordinator)
   departed_.push_back(fmt::format("the coordinator of epoch {} was lost; this one (epoch {}) took the job over at "
                                   "generation {}",
                                   takeover->epoch - 1 - takeover->skipped, takeover->epoch, takeover->generation));
-  rendezvous_.open(generation_, std::vector<std::string>{}, takeover->previous_nnodes - 1, takeover_quorum(*takeover));
-  // Each survivor notices the loss after node_timeout, then stops its workers.
-  takeover_deadline_ = created_at_ + 2 * config_.node_timeout + config_.last_call_timeout;
+  rendezvous_.hold_newcomers(true);
+  await_quorum(takeover_quorum(*takeover), takeover->previous_nnodes, takeover->previous_nnodes - 1,
+               std::vector<std::string>{});
+}
+
+void CoordinatorJob::await_quorum(int needed, int previous_nnodes, int expected_count,
+                                  std::optional<std::vector<std::string>> expected) {
+  rendezvous_.open(generation_, std::move(expected), expected_count, needed);
+  // Each survivor notices the loss within node_timeout, then stops its
+  // workers (their shutdown grace: 30 s by default).
+  quorum_wait_ = QuorumWait{needed, previous_nnodes,
+                            clock_.now() + 2 * config_.node_timeout + config_.last_call_timeout + std::chrono::seconds(30)};
 }
 
 Status CoordinatorJob::check_epoch(int epoch) {
@@ -117,14 +127,40 @@ void CoordinatorJob::finish_now(int code, const std::string& reason, Fired& fire
   set_state(GenerationState::kFinished, fired);
 }
 
-void CoordinatorJob::expire_takeover(SteadyTime now, Fired& fired) {
-  if (!takeover_ || world_formed_ || state_ == GenerationState::kFinished || now < *takeover_deadline_) return;
+void CoordinatorJob::expire_quorum(SteadyTime now, Fired& fired) {
+  if (!quorum_wait_ || world_formed_ || state_ == GenerationState::kFinished || now < quorum_wait_->deadline) return;
+  if (rendezvous_.form_now(fired.joins)) {
+    on_world_formed();
+    return;
+  }
   finish_now(exit_code::kNodeLost,
              fmt::format("only {} of the {} node(s) of generation {} reached this coordinator (epoch {}), fewer than "
                          "the {} needed to be sure no other copy of the job goes on",
-                         rendezvous_.pending(), takeover_->previous_nnodes, takeover_->generation - 1, config_.epoch,
-                         takeover_quorum(*takeover_)),
+                         rendezvous_.pending(), quorum_wait_->previous_nnodes, generation_ - 1, config_.epoch,
+                         quorum_wait_->needed),
              fired);
+}
+
+Status CoordinatorJob::refuse_if_orphaned() {
+  Fired fired;
+  Status refused;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (!ever_formed_ && !takeover_) refused = orphaned(fired);
+  }
+  fired.run();
+  return refused;
+}
+
+Status CoordinatorJob::orphaned(Fired& fired) {
+  const std::string why =
+      "this coordinator started after its job had already run (its node restarted): it ends its copy, so that the "
+      "job's nodes fail over to the next --rdzv-endpoint entry";
+  if (state_ != GenerationState::kFinished) {
+    spdlog::warn("job {}: {}", job_id_, why);
+    finish_now(exit_code::kNodeLost, why, fired);
+  }
+  return {StatusCode::kUnavailable, why};
 }
 
 bool CoordinatorJob::token_matches(const std::string& token) const {
@@ -165,7 +201,9 @@ void CoordinatorJob::join(const JoinParams& params, Duration timeout, JoinCallba
 
 void CoordinatorJob::on_world_formed() {
   world_formed_ = true;
-  takeover_.reset();
+  ever_formed_ = true;
+  quorum_wait_.reset();
+  rendezvous_.hold_newcomers(false);
   world_nnodes_ = rendezvous_.nnodes();
   state_ = GenerationState::kRunning;
   outcomes_.assign(static_cast<size_t>(world_nnodes_), std::nullopt);
@@ -184,11 +222,14 @@ void CoordinatorJob::on_world_formed() {
 Status CoordinatorJob::heartbeat(int node_rank, int64_t generation, int64_t& current,
                                  const std::vector<ForwardedReport>& workers, std::vector<int>* dump_ranks,
                                  std::vector<RankStacks> stacks, std::optional<JobStop>* stop) {
-  std::lock_guard<std::mutex> lock(mutex_);
-  current = generation_;
   if (node_rank < 0 || node_rank >= config_.nnodes) {
     return {StatusCode::kInvalidArgument, fmt::format("node rank {} outside 0..{}", node_rank, config_.nnodes - 1)};
   }
+  // Agents heartbeat only once a world formed: no world here yet means an
+  // agent of an earlier incarnation of this coordinator.
+  if (Status s = refuse_if_orphaned(); !s.ok()) return s;
+  std::lock_guard<std::mutex> lock(mutex_);
+  current = generation_;
   if (generation != generation_ || !world_formed_ || node_rank >= world_nnodes_) return Status::Ok();
   if (stop) *stop = job_stop_;
   const auto n = static_cast<size_t>(node_rank);
@@ -434,7 +475,17 @@ void CoordinatorJob::end_generation(Fired& fired) {
   membership_stop_.clear();
   state_ = GenerationState::kRunning;
   world_formed_ = false;
-  rendezvous_.open(generation_, std::move(expected));
+  if (rules.majority_needed) {
+    // A partition after this verdict must not let a minority re-form here;
+    // nodes that left or were excluded run nowhere else and do not vote.
+    const auto voters = static_cast<int>(nodes.size()) -
+                        static_cast<int>(std::count_if(end.departures.begin(), end.departures.end(), [](const Departure& d) {
+                          return d.why != Departure::Why::kLost;
+                        }));
+    await_quorum(voters / 2 + 1, voters, 0, std::move(expected));
+  } else {
+    rendezvous_.open(generation_, std::move(expected));
+  }
   release_watches(fired);  // the ended generation's watchers hear last_restart_view_
 }
 
@@ -514,6 +565,12 @@ bool CoordinatorJob::has_reported(int node_rank) const {
 
 void CoordinatorJob::watch(int node_rank, int64_t generation, GenerationState known, Duration timeout,
                            WatchCallback done) {
+  if (node_rank >= 0) {  // an agent (observers are -1): it watches only once a world formed
+    if (Status s = refuse_if_orphaned(); !s.ok()) {
+      done(s, {});
+      return;
+    }
+  }
   GenerationView view;
   {
     std::lock_guard<std::mutex> lock(mutex_);
@@ -647,7 +704,7 @@ void CoordinatorJob::tick() {
     store_.kv().expire(now, fired.waits);
     report_waiting_joins(now);
     if (rendezvous_.close_last_call(now, fired.joins) && !world_formed_) on_world_formed();
-    expire_takeover(now, fired);
+    expire_quorum(now, fired);
     if (rendezvous_.expire(now, fired.joins)) {
       // The world cannot form: the job is over (its agents exit with a
       // rendezvous failure), and a standalone coordinator may forget it.

@@ -190,8 +190,20 @@ class CoordinatorJob {
   void report_waiting_joins(SteadyTime now);
   /// Ends the job at once with exit code and reason (nothing more forms).
   void finish_now(int exit_code, const std::string& reason, Fired& fired);
-  /// A takeover whose quorum did not gather in time ends the job here.
-  void expire_takeover(SteadyTime now, Fired& fired);
+  /// Opens the next generation needing `needed` of the previous world's
+  /// nodes (majority rules, membership/failover.h), by a deadline.
+  void await_quorum(int needed, int previous_nnodes, int expected_count,
+                    std::optional<std::vector<std::string>> expected);
+  /// At the quorum's deadline: the world forms with the nodes present when
+  /// they are enough, else the job ends here (kNodeLost).
+  void expire_quorum(SteadyTime now, Fired& fired);
+  /// An agent of an earlier incarnation of this job calls a coordinator that
+  /// never formed a world: this coordinator restarted (its node came back
+  /// before the job failed over). It ends, so that no second copy forms
+  /// here, and the caller hears Unavailable (its coordinator is gone).
+  Status orphaned(Fired& fired);
+  /// orphaned() when no world ever formed here (takes the lock).
+  Status refuse_if_orphaned();
 
   const std::string job_id_;
   const std::string token_;
@@ -221,8 +233,14 @@ class CoordinatorJob {
   GenerationView finished_view_;
   std::string finished_reason_;  // when the job ended for a reason no node reported (no majority, fenced)
   bool fenced_ = false;          // a later epoch took over (check_epoch)
-  std::optional<Takeover> takeover_;           // until its first world forms
-  std::optional<SteadyTime> takeover_deadline_;  // with takeover_
+  bool takeover_ = false;   // this coordinator took the job over (failover)
+  bool ever_formed_ = false;  // a world formed here at least once
+  struct QuorumWait {
+    int needed = 0;           // nodes of the previous world
+    int previous_nnodes = 0;
+    SteadyTime deadline;
+  };
+  std::optional<QuorumWait> quorum_wait_;  // until the generation's world forms
   WatchRegistry watches_;
   std::vector<bool> told_finished_;  // by node rank
   int world_nnodes_ = 0;             // nodes of the formed world (an elastic one may have fewer than nnodes)

@@ -75,6 +75,9 @@ CoordinatorService::Reactor* CoordinatorService::Join(Ctx* ctx, const pb::JoinRe
   view.max_restarts = req->max_restarts();
   view.job_env.insert(req->job_env().begin(), req->job_env().end());
   view.max_node_failures = std::max(req->max_node_failures(), 0);
+  // A standalone coordinator listed in a failover list follows its rules too.
+  view.epoch = std::max(req->auth().epoch(), 0);
+  view.endpoints = std::max(req->endpoints(), 1);
   if (!req->grow().empty()) {
     const std::optional<JobConfig::Grow> grow = parse_grow_policy(req->grow());
     if (!grow) {

@@ -82,7 +82,7 @@ Status Rendezvous::check_shape(const JoinParams& p) const {
 void Rendezvous::join(const JoinParams& params, SteadyTime now, SteadyTime deadline, JoinCallback done,
                       FiredJoins& fired) {
   if (is_newcomer(params)) {
-    if (complete_) {
+    if (complete_ || hold_newcomers_) {
       waiting_.push_back({params, deadline, std::move(done)});
       return;
     }
@@ -120,6 +120,12 @@ bool Rendezvous::expected_are_back() const {
 
 bool Rendezvous::close_last_call(SteadyTime now, FiredJoins& fired) {
   if (complete_ || !last_call_at_ || now < *last_call_at_) return false;
+  form_world(fired);
+  return true;
+}
+
+bool Rendezvous::form_now(FiredJoins& fired) {
+  if (complete_ || pending_.empty() || static_cast<int>(pending_.size()) < fewest()) return false;
   form_world(fired);
   return true;
 }

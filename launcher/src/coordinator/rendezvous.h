@@ -53,6 +53,7 @@ struct JoinParams {
   // The job's membership rules (a new job takes its first joiner's; see JobConfig).
   int max_node_failures = 0;
   std::string grow;  // "now" or "restart"; empty: "now"
+  int endpoints = 1;  // of the job's failover list (see JobConfig::endpoints)
 };
 
 struct Assignment {
@@ -98,6 +99,13 @@ class Rendezvous {
   int64_t open_generation() const { return generation_; }
   /// Whether the open generation's world is complete.
   bool complete() const { return complete_; }
+  /// While held, newcomers wait for the next generation even when the open
+  /// one is still forming (a takeover gathers the old world's survivors
+  /// alone: newcomers must not count toward its quorum).
+  void hold_newcomers(bool hold) { hold_newcomers_ = hold; }
+  /// Forms the world of the agents present now when they are at least the
+  /// fewest it forms with; returns true when it did.
+  bool form_now(FiredJoins& fired);
 
   /// Parks the join (or refuses it at once through fired).
   void join(const JoinParams& params, SteadyTime now, SteadyTime deadline, JoinCallback done, FiredJoins& fired);
@@ -167,6 +175,7 @@ class Rendezvous {
   std::vector<std::string> expected_;  // member keys
   int expected_count_ = 0;             // see open()
   int at_least_ = 0;                   // see open()
+  bool hold_newcomers_ = false;         // see hold_newcomers()
   std::vector<bool> rank_taken_;                         // explicit ranks among pending
   std::multimap<std::string, int> previous_rank_of_host_;  // from the last formed world
   std::vector<std::string> hosts_by_rank_;

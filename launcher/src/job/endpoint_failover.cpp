@@ -33,6 +33,7 @@ bool EndpointFailover::move_to(const Takeover& takeover) {
     job.takeover = takeover;
     try {
       hosted_ = std::make_unique<CoordinatorServer>(ServerAddress{"0.0.0.0", port}, tls_, options_, job);
+      hosted_epoch_ = takeover.epoch;
       spdlog::warn("this agent now hosts the job's coordinator at {} (epoch {}): generation {} forms with the "
                    "survivors of generation {}",
                    endpoint(takeover.epoch), takeover.epoch, takeover.generation, takeover.generation - 1);
@@ -41,7 +42,22 @@ bool EndpointFailover::move_to(const Takeover& takeover) {
     }
   }
   client_.retarget(endpoint(takeover.epoch), takeover.epoch);
-  return hosted_ != nullptr && hosted_->port() == port;
+  return hosted_epoch_ == takeover.epoch;
+}
+
+void EndpointFailover::fence_earlier(int epoch, Duration probe_timeout) {
+  if (hosted_epoch_ != epoch || fenced_below_ >= epoch) return;
+  for (int earlier = 0; earlier < epoch; ++earlier) {
+    CoordinatorClient notice(endpoint(earlier), job_.job_id, job_.token, tls_);
+    notice.retarget(endpoint(earlier), epoch);  // the call carries this epoch
+    std::string json;
+    const Status s = notice.status(probe_timeout, json);
+    if (s.code() == StatusCode::kFailedPrecondition) {
+      spdlog::warn("the coordinator at {} (epoch {}) was still running the job: it has been told to end its copy",
+                   endpoint(earlier), earlier);
+    }
+  }
+  fenced_below_ = epoch;
 }
 
 std::optional<int> find_taken_over_job(const std::vector<HostPort>& endpoints, const std::string& job_id,

@@ -30,8 +30,14 @@ class EndpointFailover final : public CoordinatorFailover {
   std::string endpoint(int epoch) const override;
   bool move_to(const Takeover& takeover) override;
 
-  /// The coordinator this agent hosts since a failover, or null.
-  CoordinatorServer* hosting() const { return hosted_.get(); }
+  /// Once this agent hosts entry epoch and its world formed: tells every
+  /// earlier entry's coordinator, should it still run (a partition that
+  /// healed), that the job moved on (a call with this epoch fences it:
+  /// CoordinatorJob::check_epoch). Best effort, probe_timeout per entry.
+  void fence_earlier(int epoch, Duration probe_timeout);
+
+  /// The coordinator this agent hosts for entry epoch since a failover, or null.
+  CoordinatorServer* hosting(int epoch) const { return hosted_epoch_ == epoch ? hosted_.get() : nullptr; }
 
  private:
   std::vector<HostPort> endpoints_;
@@ -40,6 +46,8 @@ class EndpointFailover final : public CoordinatorFailover {
   CoordinatorOptions options_;
   CoordinatorClient& client_;
   std::unique_ptr<CoordinatorServer> hosted_;
+  int hosted_epoch_ = -1;  // the entry hosted_ serves
+  int fenced_below_ = 0;   // entries before this one were told (fence_earlier)
 };
 
 /// An agent starting (or restarting) while its job may already have failed

@@ -621,7 +621,10 @@ int run_launch(const LaunchPlan& plan, OrphanSentinel* sentinel) {
   bool defaults_told = false;
   config.plan_attempt = [&](int attempt) {
     const Assignment layout = session.join();
-    if (session.epoch() > 0) registered.update_endpoint(failover.endpoint(session.epoch()));
+    if (session.epoch() > 0) {
+      registered.update_endpoint(failover.endpoint(session.epoch()));
+      failover.fence_earlier(session.epoch(), std::chrono::milliseconds(500));
+    }
     router.set_node_rank(layout.node_rank);
     listener.set_node_rank(layout.node_rank);
     local.set_layout({layout, plan.nproc});
@@ -647,7 +650,7 @@ int run_launch(const LaunchPlan& plan, OrphanSentinel* sentinel) {
 
   const int code = loop.run(supervisor);
   // A user who stopped ddplaunch with a signal wants it gone now.
-  CoordinatorServer* hosting = session.epoch() == 0 ? coordinator.get() : failover.hosting();
+  CoordinatorServer* hosting = session.epoch() == 0 ? coordinator.get() : failover.hosting(session.epoch());
   if (hosting != nullptr && supervisor.stop_signal() == 0) {
     linger_until_every_node_heard(*hosting, plan, session.assignment().node_rank);
   }

@@ -6,7 +6,9 @@
 // Each endpoint's coordinator has an epoch: its place in the list. Agents
 // move only forward through the list, and every call carries the caller's
 // epoch; a coordinator that hears a later epoch has been replaced, so it ends
-// its job and refuses everything after (it can never run a second copy).
+// its copy of the job (the agent hosting a takeover tells the earlier entries
+// once its world forms). The rules below are what keeps a partitioned side
+// from going on in the meantime.
 //
 // A partition looks, from each side, like the other side's death. So while a
 // later endpoint could still take over (epoch + 1 < endpoints), a side keeps

@@ -68,15 +68,16 @@ GenerationEnd decide_generation_end(const std::vector<NodeEnd>& nodes, const std
   if (!root_cause && !node_gone && !rules.grow_requested) return finish(std::move(end), 0, "");
 
   // A lost node may be alive on the other side of a partition, failing over
-  // to the next endpoint: only a majority may go on.
+  // to the next endpoint: only a majority may go on. Nodes that left on a
+  // signal run nowhere else, so they do not vote.
   const auto lost = std::count_if(end.departures.begin(), end.departures.end(),
                                   [](const Departure& d) { return d.why == Departure::Why::kLost; });
-  const int could_run_elsewhere = static_cast<int>(nodes.size() - (end.departures.size() - lost));
-  if (rules.majority_needed && lost > 0 && !keeps_majority(survivors, could_run_elsewhere)) {
+  const int voters = static_cast<int>(nodes.size() - (end.departures.size() - lost));
+  if (rules.majority_needed && lost > 0 && !keeps_majority(survivors, voters)) {
     std::string reason =
         fmt::format("{}; only {} of the generation's {} node(s) remain here, not a majority: the job ends on this "
                     "side, as the others may go on at the next coordinator endpoint",
-                    end.departures.front().description, survivors, could_run_elsewhere);
+                    end.departures.front().description, survivors, voters);
     return finish(std::move(end), exit_code::kNodeLost, std::move(reason));
   }
 
