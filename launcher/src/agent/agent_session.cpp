@@ -345,10 +345,7 @@ Verdict AgentSession::fail_over(const std::string& why) {
   t.generation = assignment_.generation + 1;
   t.restarts_used = assignment_.restarts_used;
   t.previous_nnodes = assignment_.nnodes;
-  takeover_ = t;
-  settings_.hosts_coordinator = failover_->move_to(t);
-  epoch_ = t.epoch;
-  settings_.endpoint = failover_->endpoint(epoch_);
+  move_to(t);
   next_generation_ = t.generation;
   std::string reason =
       fmt::format("{}; failing over to the next coordinator endpoint {} (epoch {}{}), where the surviving nodes "
@@ -364,13 +361,17 @@ bool AgentSession::move_on(const std::string& why) {
   Takeover t = *takeover_;
   ++t.skipped;
   t.epoch = epoch_ + 1;
-  takeover_ = t;
   spdlog::warn("cannot reach the coordinator at {} ({}); moving on to {} (epoch {})", settings_.endpoint, why,
                failover_->endpoint(t.epoch), t.epoch);
-  settings_.hosts_coordinator = failover_->move_to(t);
-  epoch_ = t.epoch;
-  settings_.endpoint = failover_->endpoint(epoch_);
+  move_to(t);
   return true;
+}
+
+void AgentSession::move_to(const Takeover& takeover) {
+  takeover_ = takeover;
+  settings_.hosts_coordinator = failover_->move_to(takeover);
+  epoch_ = takeover.epoch;
+  settings_.endpoint = failover_->endpoint(epoch_);
 }
 
 }  // namespace ddp

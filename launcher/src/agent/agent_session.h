@@ -112,6 +112,8 @@ class AgentSession final : public AttemptArbiter {
   Verdict fail_over(const std::string& why);
   /// Moves to the endpoint after takeover_.epoch (skipping one); false when none is left.
   bool move_on(const std::string& why);
+  /// Joins from now on at takeover.epoch's endpoint (hosting it when failover_ does).
+  void move_to(const Takeover& takeover);
   /// How long the coordinator may fail calls like s before it counts as lost.
   Duration loss_limit(const Status& s) const;
 

@@ -478,11 +478,8 @@ void CoordinatorJob::end_generation(Fired& fired) {
   if (rules.majority_needed) {
     // A partition after this verdict must not let a minority re-form here;
     // nodes that left or were excluded run nowhere else and do not vote.
-    const auto voters = static_cast<int>(nodes.size()) -
-                        static_cast<int>(std::count_if(end.departures.begin(), end.departures.end(), [](const Departure& d) {
-                          return d.why != Departure::Why::kLost;
-                        }));
-    await_quorum(voters / 2 + 1, voters, 0, std::move(expected));
+    const int voting = voters(end, static_cast<int>(nodes.size()));
+    await_quorum(voting / 2 + 1, voting, 0, std::move(expected));
   } else {
     rendezvous_.open(generation_, std::move(expected));
   }

@@ -18,6 +18,11 @@ const char* to_string(Departure::Why why) {
   return "unknown";
 }
 
+int voters(const GenerationEnd& end, int nodes) {
+  return nodes - static_cast<int>(std::count_if(end.departures.begin(), end.departures.end(),
+                                                [](const Departure& d) { return d.why != Departure::Why::kLost; }));
+}
+
 namespace {
 
 bool own_failure(const NodeOutcome& o) { return !o.success && !o.stopped; }
@@ -70,14 +75,14 @@ GenerationEnd decide_generation_end(const std::vector<NodeEnd>& nodes, const std
   // A lost node may be alive on the other side of a partition, failing over
   // to the next endpoint: only a majority may go on. Nodes that left on a
   // signal run nowhere else, so they do not vote.
-  const auto lost = std::count_if(end.departures.begin(), end.departures.end(),
-                                  [](const Departure& d) { return d.why == Departure::Why::kLost; });
-  const int voters = static_cast<int>(nodes.size() - (end.departures.size() - lost));
-  if (rules.majority_needed && lost > 0 && !keeps_majority(survivors, voters)) {
+  const bool lost = std::any_of(end.departures.begin(), end.departures.end(),
+                                [](const Departure& d) { return d.why == Departure::Why::kLost; });
+  const int voting = voters(end, static_cast<int>(nodes.size()));
+  if (rules.majority_needed && lost && !keeps_majority(survivors, voting)) {
     std::string reason =
         fmt::format("{}; only {} of the generation's {} node(s) remain here, not a majority: the job ends on this "
                     "side, as the others may go on at the next coordinator endpoint",
-                    end.departures.front().description, survivors, voters);
+                    end.departures.front().description, survivors, voting);
     return finish(std::move(end), exit_code::kNodeLost, std::move(reason));
   }
 

@@ -79,4 +79,9 @@ GenerationEnd decide_generation_end(const std::vector<NodeEnd>& nodes, const std
 
 const char* to_string(Departure::Why why);
 
+/// Of a generation of `nodes` nodes, those that could run the job elsewhere
+/// (all but those that left on a signal or were excluded): what a majority
+/// is counted of (membership/failover.h).
+int voters(const GenerationEnd& end, int nodes);
+
 }  // namespace ddp

@@ -95,7 +95,7 @@ std::string random_hex(size_t bytes) {
 }
 
 // --rdzv-endpoint HOST1:PORT,HOST2:PORT,...: the list, each entry checked later.
-std::vector<std::string> endpoint_list(const std::string& text) {
+std::vector<std::string> split_endpoint_list(const std::string& text) {
   std::vector<std::string> listed;
   std::stringstream in(text);
   for (std::string entry; std::getline(in, entry, ',');) {
@@ -136,7 +136,7 @@ void resolve_topology(const LaunchOptions& o, const GetEnv& getenv, LaunchPlan& 
   if (o.node_rank >= 0) flags.node_rank = o.node_rank;
   std::vector<std::string> listed;
   if (!o.rdzv_endpoint.empty()) {
-    listed = endpoint_list(o.rdzv_endpoint);
+    listed = split_endpoint_list(o.rdzv_endpoint);
     flags.rdzv_endpoint = listed.front();
   }
   if (!o.run_id.empty()) flags.rdzv_id = o.run_id;
