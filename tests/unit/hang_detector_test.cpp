@@ -405,6 +405,30 @@ TEST(HangDetectorTest, DtypeMismatchIsADesync) {
   EXPECT_THAT(v->summary, HasSubstr("rank 0 all_reduce 64 B float32, rank 1 all_reduce 64 B bfloat16"));
 }
 
+TEST(HangDetectorTest, AnUnobservedOpMatchesAnyOp) {
+  // A Python rank sees DDP's bucket all-reduce only as a sequence number; it
+  // labels it by the phase it passed in, which differs between ranks with the
+  // moment of the heartbeat. "unknown" is no evidence of a different call.
+  Harness h(2);
+  RankReport r0 = report(0, 1);
+  r0.last_enqueued = 7;
+  r0.recent = {coll(7, "unknown", 0, "completed")};
+  RankReport r1 = report(1, 1);
+  r1.last_enqueued = 7;
+  r1.recent = {coll(7, "all_reduce", 0, "completed")};
+  h.detector.on_report(r0);
+  h.detector.on_report(r1);
+  EXPECT_FALSE(h.detector.check().has_value());
+  r1.recent = {coll(7, "broadcast", 0, "completed")};  // two observed ops that differ still do
+  r0.recent = {coll(7, "all_reduce", 0, "completed")};
+  Harness h2(2);
+  h2.detector.on_report(r0);
+  h2.detector.on_report(r1);
+  auto v = h2.detector.check();
+  ASSERT_TRUE(v.has_value());
+  EXPECT_EQ(v->kind, HangKind::kDesync);
+}
+
 TEST(HangDetectorTest, ResetForgetsEverything) {
   Harness h(2);
   auto v = h.run(seconds(30), [&](Duration t) {

@@ -14,7 +14,6 @@ import itertools
 import mmap
 import os
 import struct
-import time
 
 MAGIC = b"DDPA"
 VERSION = 1
@@ -47,20 +46,17 @@ class Announcements(object):
         self.path = path
         self.numbers = itertools.count(1)
         self.written = 0          # the count last published
-        self._names = {}
+        self._dtypes = {}         # dtype name -> its bytes
 
-    def _name(self, text):
-        b = self._names.get(text)
-        if b is None:
-            b = self._names[text] = text.encode("ascii", "replace")
-        return b
-
-    def write(self, sequence, op, nbytes, dtype):
+    def write(self, sequence, op, nbytes, dtype, started):
+        """op: its ASCII name; dtype: its name; started: time.perf_counter()
+        (CLOCK_MONOTONIC) when the collective began."""
         n = next(self.numbers)
-        names = self._names
+        name = self._dtypes.get(dtype)
+        if name is None:
+            name = self._dtypes[dtype] = dtype.encode("ascii", "replace")
         ENTRY.pack_into(self.map, HEADER.size + ((n - 1) % SLOTS) * ENTRY.size, n, sequence, nbytes,
-                        time.monotonic_ns(), names.get(op) or self._name(op),
-                        names.get(dtype) or self._name(dtype))
+                        int(started * 1e9), op, name)
         COUNT.pack_into(self.map, COUNT_OFFSET, n)
         self.written = n
 

@@ -32,9 +32,9 @@ _dtype_names = {}
 
 
 def _dtype_name(dtype):
-    name = _dtype_names.get(dtype)
-    if name is None:
-        name = _dtype_names[dtype] = str(dtype).replace("torch.", "")
+    """The dtype's name for records, "" where no tensor was passed."""
+    name = "" if dtype is None else str(dtype).replace("torch.", "")
+    _dtype_names[dtype] = name
     return name
 
 
@@ -50,6 +50,7 @@ def _collective_wrapper(op, Tensor):
     W = wrapping
     get_ident = threading.get_ident
     stack = S.stack
+    op_bytes = op.encode("ascii")
 
     def make(fn):
         group_at = _arg_index(fn, "group")
@@ -72,18 +73,20 @@ def _collective_wrapper(op, Tensor):
                 except Exception:
                     pass
             _inside.add(tid)
-            # progress.enter(COLLECTIVE), inlined
+            # The opening of the COLLECTIVE phase, inlined.
             if S.open_depth == 0:
-                S.open_since = progress.current_seq() if rec is None else rec[SEQ] - 1
+                S.open_since = S.last_seq if rec is None else rec[SEQ] - 1
                 S.open_fb = False
             S.open_depth += 1
             COLLECTIVE.depth += 1
             stack.append(COLLECTIVE)
-            if rec is not None and S.sending and announcer is not None:
+            if rec is not None and S.sending:
                 # The agent learns what we entered before we may hang or die in
                 # it: a rank that aborts inside a mismatched collective is then
                 # still compared with the others.
-                announcer(rec[SEQ], op, rec[BYTES], rec[DTYPE])
+                announce = announcer
+                if announce is not None:
+                    announce(rec[SEQ], op_bytes, rec[BYTES], rec[DTYPE], t0)
             try:
                 result = fn(*args, **kwargs)
             except BaseException:
@@ -112,28 +115,32 @@ def _record(op, args, kwargs, t0, Tensor):
     and dtype of the tensors passed, state, start time."""
     S = STATE
     nbytes = 0
-    dtype = ""
+    dtype = None
     for a in (args + tuple(kwargs.values())) if kwargs else args:
         if isinstance(a, Tensor):
             nbytes += a.numel() * a.element_size()
-            if not dtype:
-                dtype = _dtype_names.get(a.dtype) or _dtype_name(a.dtype)
+            if dtype is None:
+                dtype = a.dtype
         elif isinstance(a, (list, tuple)):
             for x in a:
                 if isinstance(x, Tensor):
                     nbytes += x.numel() * x.element_size()
-                    if not dtype:
-                        dtype = _dtype_names.get(x.dtype) or _dtype_name(x.dtype)
+                    if dtype is None:
+                        dtype = x.dtype
     fn = S.seq_fn
     if fn is not None:
         try:
             S.last_seq = fn() - S.base
+            if S.fb_from:
+                progress.close_fb_range(S)
         except Exception:
             pass
         seq = S.last_seq + 1
     else:
         seq = S.own_seq = S.own_seq + 1
-    rec = [seq, op, nbytes, dtype, "started", t0, None]
+    S.last_seq = seq   # what the next forward/backward starts from (the phase wrappers)
+    name = _dtype_names.get(dtype)
+    rec = [seq, op, nbytes, _dtype_name(dtype) if name is None else name, "started", t0, None]
     S.records.append(rec)
     return rec
 

@@ -33,7 +33,7 @@ CHECKPOINT = Phase("checkpoint", False)
 
 class State(object):
     __slots__ = ("sending", "stack", "open_depth", "open_since", "open_fb", "fb_ranges",
-                 "records", "pending", "seen", "pg", "seq_fn", "base", "own_seq", "last_seq",
+                 "fb_from", "records", "pending", "seen", "pg", "seq_fn", "base", "own_seq", "last_seq",
                  "steps", "opt_id", "fwd_count", "t_step", "step_seconds", "busy_seconds",
                  "coll_seconds", "coll_at_step", "torch", "group_seen")
 
@@ -49,6 +49,7 @@ class State(object):
         self.open_since = 0           # sequence when the outermost of them began
         self.open_fb = False          # ... and that outermost one is forward/backward
         self.fb_ranges = collections.deque(maxlen=RECENT)  # (first, last) seqs issued inside forward/backward
+        self.fb_from = 0              # first seq of a range whose end the next counter read closes
         self.records = collections.deque(maxlen=RECENT)    # wrapped calls on the default group
         self.pending = []             # (record, weakref to its Work) of async calls
         self.seen = {}                # sequence -> when a heartbeat first saw an unrecorded one
@@ -77,10 +78,20 @@ def current_seq():
     if fn is not None:
         try:
             S.last_seq = fn() - S.base
-            return S.last_seq
         except Exception:
             return S.last_seq
+        if S.fb_from:
+            close_fb_range(S)
+        return S.last_seq
     return S.own_seq
+
+
+def close_fb_range(S):
+    """Forward/backward returned since the counter was last read: what was
+    issued from fb_from up to the count just read (S.last_seq) was DDP's."""
+    first, S.fb_from = S.fb_from, 0
+    if 0 < first <= S.last_seq:
+        S.fb_ranges.append((first, S.last_seq))
 
 
 def set_default_group(pg, reread_base):
@@ -106,23 +117,14 @@ def set_default_group(pg, reread_base):
         S.records.clear()
         del S.pending[:]
         S.fb_ranges.clear()
+        S.fb_from = 0
         S.seen.clear()
         S.own_seq = S.last_seq = 0
     S.pg, S.seq_fn, S.base = pg, fn, base
 
 
-def enter(phase, seq=None):
-    S = STATE
-    if phase.opens:
-        if S.open_depth == 0:
-            S.open_since = current_seq() if seq is None else seq
-            S.open_fb = phase is not COLLECTIVE
-        S.open_depth += 1
-    phase.depth += 1
-    S.stack.append(phase)
-
-
 def leave(phase):
+    """Closes `phase` (opened by the wrapper that inlines the opening)."""
     S = STATE
     stack = S.stack
     if stack and stack[-1] is phase:
@@ -137,38 +139,43 @@ def leave(phase):
         if S.open_depth > 1:
             S.open_depth -= 1
             return
-        if S.open_fb:   # note what DDP issued in there before the phase reads as closed
-            last = current_seq()
-            if last > S.open_since:
-                S.fb_ranges.append((S.open_since + 1, last))
+        if S.open_fb and not S.fb_from:
+            # What DDP issued in there ends where the counter is next read
+            # (a recorded collective or a heartbeat): no call into torch here.
+            S.fb_from = S.open_since + 1
         S.open_depth = 0
 
 
-def _step_done(now):
+# Called by the wrappers with the arguments of the call that just returned.
+
+def optimizer_stepped(args):
+    """optimizer.step(...) returned: the first optimizer that stepped counts
+    the steps (and times them)."""
     S = STATE
+    if S.opt_id != id(args[0]):
+        if S.opt_id is not None:
+            return
+        S.opt_id = id(args[0])
+        S.t_step = None   # step times count from the optimizer's first step on
+    S.steps += 1
+    _step_done(S, perf())
+
+
+def forward_done(args):
+    """DDP's forward returned: a step where no optimizer steps."""
+    S = STATE
+    S.fwd_count += 1
+    if S.opt_id is None:
+        _step_done(S, perf())
+
+
+def _step_done(S, now):
     if S.t_step is not None:
         dt = now - S.t_step
         S.step_seconds = dt
         S.busy_seconds = max(0.0, dt - (S.coll_seconds - S.coll_at_step))
     S.t_step = now
     S.coll_at_step = S.coll_seconds
-
-
-def optimizer_stepped(opt):
-    S = STATE
-    if S.opt_id is None:
-        S.opt_id = id(opt)
-        S.t_step = None   # step times count from the optimizer's first step on
-    if id(opt) == S.opt_id:
-        S.steps += 1
-        _step_done(perf())
-
-
-def forward_done():
-    S = STATE
-    S.fwd_count += 1
-    if S.opt_id is None:
-        _step_done(perf())
 
 
 def steps_done():

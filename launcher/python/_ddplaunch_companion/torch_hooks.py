@@ -11,7 +11,7 @@ import types
 import weakref
 
 from . import collectives, progress, wrapping
-from .progress import BACKWARD, CHECKPOINT, DATA, FORWARD, OPTIMIZER, STATE, enter, leave
+from .progress import BACKWARD, CHECKPOINT, DATA, FORWARD, OPTIMIZER, STATE, leave
 
 
 class TorchImportWatcher(object):
@@ -86,19 +86,40 @@ def install():
 
 # ------------------------------------------------------------------ phases
 
-def _phase_wrapper(phase):
-    def make(fn):
-        W = wrapping
+def _phase_wrapper(phase, after=None, nested_passes=False):
+    """A wrapper that marks `phase` while the original runs, then calls
+    after(args) once the outermost call returned (a step was done). With
+    nested_passes, a call inside the phase (a subclass's step calling
+    super().step()) runs unmarked. The opening is inlined: this runs several
+    times a step, and every Python call costs the step microseconds."""
+    S = STATE
+    stack = S.stack
+    opens = phase.opens
+    current_seq = progress.current_seq
+    W = wrapping
 
+    def make(fn):
         @functools.wraps(fn)
         def wrapper(*args, **kwargs):
-            if W.compiling is not None and W.compiling():
+            if (nested_passes and phase.depth) or (W.compiling is not None and W.compiling()):
                 return fn(*args, **kwargs)
-            enter(phase)
+            if opens:
+                if S.open_depth == 0:
+                    # Where forward/backward returned since the counter was last
+                    # read, read it now (DDP may have issued there); else the
+                    # last known count is exact.
+                    S.open_since = current_seq() if S.fb_from else S.last_seq
+                    S.open_fb = True
+                S.open_depth += 1
+            phase.depth += 1
+            stack.append(phase)
             try:
-                return fn(*args, **kwargs)
+                result = fn(*args, **kwargs)
             finally:
                 leave(phase)
+            if after is not None and phase.depth == 0:
+                after(args)
+            return result
         return wrapper
     return make
 
@@ -118,46 +139,15 @@ def _patch_dataloader(module):
     wrapping.replace(owner, "__next__", _phase_wrapper(DATA))
 
 
-def _ddp_forward(fn):
-    W = wrapping
-
-    @functools.wraps(fn)
-    def forward(*args, **kwargs):
-        if W.compiling is not None and W.compiling():
-            return fn(*args, **kwargs)
-        enter(FORWARD)
-        try:
-            out = fn(*args, **kwargs)
-        finally:
-            leave(FORWARD)
-        if FORWARD.depth == 0:
-            progress.forward_done()
-        return out
-    return forward
-
-
 def _patch_ddp(module):
     owner = getattr(module, "DistributedDataParallel", None)
-    wrapping.replace(owner, "forward", _ddp_forward)
+    wrapping.replace(owner, "forward", _phase_wrapper(FORWARD, progress.forward_done))
 
 
 # ---------------------------------------------------------------- optimizer
 
-def _step_wrapper(fn):
-    W = wrapping
-
-    @functools.wraps(fn)
-    def step(self, *args, **kwargs):
-        if OPTIMIZER.depth or (W.compiling is not None and W.compiling()):
-            return fn(self, *args, **kwargs)   # e.g. a subclass's step calling super().step()
-        enter(OPTIMIZER)
-        try:
-            result = fn(self, *args, **kwargs)
-        finally:
-            leave(OPTIMIZER)
-        progress.optimizer_stepped(self)
-        return result
-    return step
+# A step counts once its outermost call returned, for the optimizer it was called on.
+_STEP_WRAPPER = _phase_wrapper(OPTIMIZER, progress.optimizer_stepped, nested_passes=True)
 
 
 def _init_wrapper(fn):
@@ -172,7 +162,7 @@ def _init_wrapper(fn):
             try:
                 # Only a plain function: a staticmethod/classmethod would bind differently.
                 if isinstance(inspect.getattr_static(cls, "step", None), types.FunctionType):
-                    wrapping.replace(cls, "step", _step_wrapper)
+                    wrapping.replace(cls, "step", _STEP_WRAPPER)
             except Exception:
                 pass
         return result

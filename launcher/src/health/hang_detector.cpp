@@ -142,7 +142,7 @@ void HangDetector::record_collectives(const RankReport& report) {
     auto [it, inserted] = first_seen_.try_emplace(c.sequence, sig);
     const Signature& ref = it->second;
     if (inserted || ref.rank == report.rank) continue;
-    const bool op_differs = !ref.op.empty() && !sig.op.empty() && ref.op != sig.op;
+    const bool op_differs = collective_op_known(ref.op) && collective_op_known(sig.op) && ref.op != sig.op;
     const bool dtype_differs = !ref.dtype.empty() && !sig.dtype.empty() && ref.dtype != sig.dtype;
     const bool bytes_differ = ref.bytes > 0 && sig.bytes > 0 && ref.bytes != sig.bytes;  // 0: unknown
     if (!op_differs && !dtype_differs && !bytes_differ) continue;

@@ -18,12 +18,17 @@ const char* to_string(WorkerPhase phase);
 /// A collective in a rank's recent flight record.
 struct CollectiveSeen {
   uint64_t sequence = 0;
-  std::string op;      // "all_reduce", "broadcast", ...
+  std::string op;      // "all_reduce", "broadcast", ...; empty or "unknown": not observed
   int64_t bytes = 0;   // 0: unknown (a DDP bucket seen only by its sequence number)
   std::string dtype;   // "float32", ...; empty: unknown
   std::string state;   // "enqueued", "started", "completed", "failed"
   Duration age{};      // since it was enqueued, as of the heartbeat
 };
+
+/// Whether `op` names what the rank called: a Python rank reports a sequence
+/// number it saw pass without seeing the call (an unwrapped collective) as
+/// "unknown", and such an entry matches any op.
+inline bool collective_op_known(const std::string& op) { return !op.empty() && op != "unknown"; }
 
 struct RankReport {
   int rank = -1;
