@@ -4,17 +4,24 @@
 #include <spdlog/spdlog.h>
 #include <sys/prctl.h>
 
+#include <algorithm>
 #include <chrono>
+#include <csignal>
 #include <cstdio>
 #include <exception>
 #include <string>
 
+#include "cli/attach_command.h"
 #include "cli/launch_options.h"
-#include "topology/launch_plan.h"
+#include "cli/list_command.h"
+#include "cli/logs_command.h"
 #include "cli/serve_command.h"
 #include "cli/stacks_command.h"
 #include "cli/status_command.h"
+#include "cli/stop_command.h"
 #include "cli/usage_error.h"
+#include "detach/background_start.h"
+#include "topology/launch_plan.h"
 #include "ddp/common/logging.h"
 #include "doctor/doctor_command.h"
 #include "doctor/preflight.h"
@@ -22,6 +29,7 @@
 #include "job/event_loop.h"
 #include "job/launch_job.h"
 #include "net/grpc_name_resolution.h"
+#include "net/host_name.h"
 #include "nccl/diagnose_command.h"
 #include "process/orphan_sentinel.h"
 #include "process/stop_signals.h"
@@ -59,8 +67,13 @@ int main(int argc, char** argv) {
   if (argc > 1 && std::string(argv[1]) == "stacks") return run_stacks_command(argc - 1, argv + 1);
   if (argc > 1 && std::string(argv[1]) == "diagnose") return run_diagnose_command(argc - 1, argv + 1);
   if (argc > 1 && std::string(argv[1]) == "doctor") return run_doctor_command(argc - 1, argv + 1);
+  if (argc > 1 && std::string(argv[1]) == "attach") return run_attach_command(argc - 1, argv + 1);
+  if (argc > 1 && std::string(argv[1]) == "logs") return run_logs_command(argc - 1, argv + 1);
+  if (argc > 1 && std::string(argv[1]) == "stop") return run_stop_command(argc - 1, argv + 1);
+  if (argc > 1 && std::string(argv[1]) == "list") return run_list_command(argc - 1, argv + 1);
 
   LaunchPlan plan;
+  bool detach = false;
   try {
     auto options = parse_launch_options(argc, argv);
     if (!options) return exit_code::kSuccess;
@@ -68,6 +81,11 @@ int main(int argc, char** argv) {
     // Before ddplaunch binds any port of its own, or the port check finds it taken.
     if (options->preflight && !preflight_passes(*options)) return exit_code::kUsage;
     plan = resolve_launch_plan(*options, process_getenv());
+    detach = options->detach;
+    // A detached job ignores SIGHUP (background_start.h): the end of the
+    // session that started it must not stop it.
+    if (detach) plan.stop_signals.erase(std::remove(plan.stop_signals.begin(), plan.stop_signals.end(), SIGHUP),
+                                        plan.stop_signals.end());
     // Still before any thread: the signals that stop this job (--signals-to-handle).
     set_stop_signals(plan.stop_signals);
     block_handled_signals();
@@ -76,12 +94,29 @@ int main(int argc, char** argv) {
     return exit_code::kUsage;
   }
 
+  DetachedRun detached_run;
+  Detached detached;
+  if (detach) {
+    // One console per machine: the nodes of a job may share a log folder (NFS),
+    // where appends from several machines would mix.
+    detached_run.console =
+        (plan.job_log_dir / (plan.nnodes > 1 ? "console." + this_host_name() + ".log" : "console.log")).string();
+    try {
+      detached = detach_from_terminal(detached_run.console);  // still before any thread
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "ddplaunch: error: %s\n", e.what());
+      return exit_code::kInternal;
+    }
+    if (!detached.in_agent) return report_background_start(detached, plan.job_id, detached_run.console);
+    detached_run.registered = [&detached] { notify_registered(detached.ready_fd); };
+  }
+
   try {
     // Orphaned grandchildren of the workers are re-parented to ddplaunch, so
     // they are reaped here instead of lingering as zombies of init.
     prctl(PR_SET_CHILD_SUBREAPER, 1);
     auto sentinel = OrphanSentinel::start();
-    return run_launch(plan, sentinel.get());
+    return run_launch(plan, sentinel.get(), detach ? &detached_run : nullptr);
   } catch (const std::exception& e) {
     spdlog::critical("internal error: {}", e.what());
     return exit_code::kInternal;

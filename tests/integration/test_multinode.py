@@ -2,15 +2,18 @@
 separate processes form one job through the coordinator (hosted by node 0's agent
 or by `ddplaunch serve`)."""
 
+import json
 import os
 import re
 import secrets
 import signal
+import subprocess
 import sys
 import time
 import unittest
+from pathlib import Path
 
-from launcher_harness import is_alive, torch_available, wait_for_file, wait_until, worker
+from launcher_harness import BIN, is_alive, torch_available, wait_for_file, wait_until, worker
 from multinode_harness import (EXIT_NODE_LOST, EXIT_RDZV, PROBE, MultiNodeTestCase,
                                by_node_rank, serve_command)
 
@@ -130,6 +133,42 @@ class FormJobTest(MultiNodeTestCase):
             self.assertEqual(s["uid"], os.getuid(), f"rank {rank}: socket owner {s}")
             paths.add(s["path"])
         self.assertEqual(len(paths), nnodes, f"one agent socket per node: {paths}")
+        self.assert_no_leftovers()
+
+
+class DetachedNodesTest(MultiNodeTestCase):
+    """`ddplaunch -d` on every node: each command returns at once with the job id,
+    the agents form the job in the background and record their ends."""
+
+    def list_jobs(self, env):
+        r = subprocess.run([str(BIN), "list", "--json"], env=env, capture_output=True, text=True, timeout=20)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        return json.loads(r.stdout)
+
+    def test_every_node_detached(self):
+        xdg = self.tmp / "xdg"
+        xdg.mkdir(mode=0o700)
+        extra_env = {"XDG_RUNTIME_DIR": str(xdg)}   # this test's own job registry
+        launches = [self.start_agent(2, 2, [PROBE, str(self.outdir)], node_rank=n, env_extra=extra_env,
+                                     extra=["--detach"]) for n in range(2)]
+        results = self.finish_all(launches)
+        for res in results:
+            self.assertEqual(res.rc, 0, res.describe())
+            self.assertEqual(res.out.strip(), self.job_id, res.describe())
+        env = self.mn_env(extra_env)
+        ended = wait_until(lambda: [j for j in self.list_jobs(env) if j["state"] != "running"], 60, 0.2)
+        jobs = self.list_jobs(env)
+        self.assertEqual(len(jobs), 2, jobs)
+        self.assertEqual(len(ended), 2, jobs)
+        for j in jobs:
+            self.assertEqual((j["job_id"], j["state"], j["exit_code"], j["ranks"], j["detached"]),
+                             (self.job_id, "succeeded", 0, 4, True), j)
+        self.check_layout(self.read_probes(4), 2, 2, job_id=self.job_id, token=self.job_token)
+        # One console per machine (both agents run on this one); both nodes' ranks are in it.
+        console = Path(jobs[0]["console"])
+        self.assertRegex(console.name, r"^console\..+\.log$")
+        self.assertEqual({(n, r) for (n, r) in by_node_rank(console.read_text())},
+                         {(0, 0), (0, 1), (1, 2), (1, 3)}, console.read_text())
         self.assert_no_leftovers()
 
 

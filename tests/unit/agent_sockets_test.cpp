@@ -13,6 +13,7 @@
 #include <string>
 
 #include "agent/local_agent_service.h"
+#include "dead_pid.h"
 
 namespace ddp {
 namespace {
@@ -31,14 +32,7 @@ void leave_socket(const fs::path& path) {
   ::close(fd);
 }
 
-// The pid of a process that has exited and been reaped.
-int dead_pid() {
-  const pid_t pid = ::fork();
-  if (pid == 0) ::_exit(0);
-  int status = 0;
-  ::waitpid(pid, &status, 0);
-  return pid;
-}
+using ddp::testing::dead_pid;
 
 TEST(AgentSockets, OnlyTheSocketsOfDeadAgentsAreRemoved) {
   const fs::path dir = fs::temp_directory_path() / ("ddp_sockets_" + std::to_string(::getpid()));

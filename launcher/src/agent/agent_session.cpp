@@ -315,7 +315,10 @@ Verdict AgentSession::await_verdict(int64_t generation) {
       return Verdict::restart_job(view.reason, view.membership_change);
     }
     if (view.state == GenerationState::kFinished) {
-      if (view.exit_code != 0) spdlog::error("job {} failed: {}", settings_.job_id, view.reason);
+      // A job stopped at a step boundary on request (75) did not fail: its agents say so themselves.
+      if (view.exit_code != 0 && view.exit_code != exit_code::kRequeue) {
+        spdlog::error("job {} failed: {}", settings_.job_id, view.reason);
+      }
       return Verdict::finish(view.exit_code, view.reason);
     }
   }

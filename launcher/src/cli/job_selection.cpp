@@ -1,6 +1,7 @@
 #include "cli/job_selection.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <algorithm>
 #include <cstdio>
@@ -30,10 +31,47 @@ SelectedJob select_running_job(const std::string& command, const std::string& jo
   return {jobs.back(), 0};
 }
 
-std::optional<int> parse_job_command_line(CLI::App& app, const std::string& command, const std::string& json_instead_of,
-                                          JobCommandLine& line, int argc, const char* const* argv) {
-  app.add_option("--job", line.job_id, "the job id (--rdzv-id); needed when several jobs run");
-  app.add_flag("--json", line.json, "one JSON document instead of " + json_instead_of);
+SelectedJob select_job_record(const std::string& command, const std::string& job_id, bool running_only) {
+  std::vector<RunningJob> jobs = all_jobs();  // oldest first
+  if (!job_id.empty()) {
+    jobs.erase(std::remove_if(jobs.begin(), jobs.end(), [&](const RunningJob& j) { return j.job_id != job_id; }),
+               jobs.end());
+  }
+  const auto newest_running = std::find_if(jobs.rbegin(), jobs.rend(), [](const RunningJob& j) { return j.running(); });
+  if (newest_running != jobs.rend()) {
+    if (job_id.empty()) {
+      std::vector<std::string> ids;
+      for (const auto& j : jobs) {
+        if (j.running() && std::find(ids.begin(), ids.end(), j.job_id) == ids.end()) ids.push_back(j.job_id);
+      }
+      if (ids.size() > 1) {
+        std::fprintf(stderr, "ddplaunch %s: error: %zu jobs run here (%s): name one\n", command.c_str(), ids.size(),
+                     fmt::format("{}", fmt::join(ids, ", ")).c_str());
+        return {std::nullopt, 2};
+      }
+    }
+    return {*newest_running, 0};
+  }
+  if (jobs.empty() || running_only) {
+    std::string why = job_id.empty() ? (running_only || !jobs.empty() ? "no running ddplaunch job of this user on this machine"
+                                                                        : "no ddplaunch job of this user on this machine")
+                      : jobs.empty() ? fmt::format("no job with id '{}' of this user on this machine", job_id)
+                                     : fmt::format("job {} is not running: it {} ({})", job_id,
+                                                   jobs.back().state == JobState::kLost ? "was lost" : "has ended",
+                                                   jobs.back().exit_code ? fmt::format("exit code {}", *jobs.back().exit_code)
+                                                                         : std::string("its agent was killed"));
+    std::fprintf(stderr, "ddplaunch %s: error: %s\n", command.c_str(), why.c_str());
+    return {std::nullopt, 1};
+  }
+  return {jobs.back(), 0};
+}
+
+void add_job_argument(CLI::App& app, std::string& job_id) {
+  app.add_option("job", job_id, "the job id (--rdzv-id; see `ddplaunch list`): needed when several jobs run");
+  app.add_option("--job", job_id, "the same, as `status` spells it");
+}
+
+std::optional<int> parse_command_line(CLI::App& app, const std::string& command, int argc, const char* const* argv) {
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp&) {
@@ -44,6 +82,13 @@ std::optional<int> parse_job_command_line(CLI::App& app, const std::string& comm
     return 2;
   }
   return std::nullopt;
+}
+
+std::optional<int> parse_job_command_line(CLI::App& app, const std::string& command, const std::string& json_instead_of,
+                                          JobCommandLine& line, int argc, const char* const* argv) {
+  app.add_option("--job", line.job_id, "the job id (--rdzv-id); needed when several jobs run");
+  app.add_flag("--json", line.json, "one JSON document instead of " + json_instead_of);
+  return parse_command_line(app, command, argc, argv);
 }
 
 int ask_running_job(const std::string& command, const std::string& job_id,

@@ -26,6 +26,12 @@ struct SelectedJob {
 /// command: "status", "stacks", ... for the error line.
 SelectedJob select_running_job(const std::string& command, const std::string& job_id);
 
+/// `attach`, `logs`, `stop`: the job `job_id` names (its newest running
+/// record, else its newest record), or with no id the one running job, or,
+/// unless running_only, when none runs, the newest job. When none fits, one
+/// error line: exit 1 (none, or not running), 2 (several run: name one).
+SelectedJob select_job_record(const std::string& command, const std::string& job_id, bool running_only);
+
 struct JobCommandLine {
   std::string job_id;  // --job
   bool json = false;    // --json
@@ -37,6 +43,14 @@ struct JobCommandLine {
 /// one error line.
 std::optional<int> parse_job_command_line(CLI::App& app, const std::string& command, const std::string& json_instead_of,
                                           JobCommandLine& line, int argc, const char* const* argv);
+
+/// Adds JOB, the job id, as an optional positional argument (and as --job,
+/// the spelling `status` uses) to `app`.
+void add_job_argument(CLI::App& app, std::string& job_id);
+
+/// Parses argv into `app`. Returns the exit code when the command ends here:
+/// 0 after printing the help, 2 after one error line.
+std::optional<int> parse_command_line(CLI::App& app, const std::string& command, int argc, const char* const* argv);
 
 /// Selects the job (select_running_job) and asks its coordinator through
 /// `ask`. 0 with *job and *reply set, else the exit code after one error line.

@@ -151,6 +151,9 @@ std::optional<LaunchOptions> parse_launch_options(int argc, const char* const* a
       ->capture_default_str();
   add_flag(app, spellings("no-python-companion"), o.no_python_companion, "DDPLAUNCH_NO_PYTHON_COMPANION",
            "do not inject the Python companion (heartbeats, stacks and error files of Python ranks)");
+  app.add_flag("-d,--detach", o.detach,
+               "run the job in the background, apart from this terminal and session: prints the job id and returns "
+               "(then: ddplaunch attach|logs|stop|list)");
   app.add_flag("--preflight", o.preflight, "run `ddplaunch doctor`'s checks first; refuse to start when one fails");
   add(app, "nccl-debug", o.nccl_debug,
       "NCCL_DEBUG level (VERSION, WARN, INFO, TRACE) for every rank, logged to rank_<r>/nccl.log (see diagnose)");

@@ -36,6 +36,7 @@ struct LaunchOptions {
   int max_node_failures = 3;          // elastic: a node failing this many generations in a row leaves (0: never)
   std::string grow = "now";           // elastic: when a waiting node gets in: now | restart
   bool preflight = false;             // run the doctor checks first; refuse to start on a failure
+  bool detach = false;                // -d: run in the background, outliving the terminal (detach/)
   double heartbeat_interval_s = 1.0;  // workers' heartbeats to their agent
   double hang_timeout_s = 300.0;      // silent rank / no progress before a hang is declared
   std::string nccl_debug;             // VERSION, WARN, INFO, TRACE: NCCL_DEBUG into rank_<r>/nccl.log

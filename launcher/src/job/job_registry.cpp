@@ -11,57 +11,72 @@
 #include <fstream>
 
 #include <nlohmann/json.hpp>
+#include <spdlog/spdlog.h>
 
 #include "agent/local_agent_service.h"
+#include "exit_codes.h"
 #include "process/process_alive.h"
 
 namespace ddp {
 namespace fs = std::filesystem;
 namespace {
 
+// Empty when the folder is not this user's alone: another user could have
+// made it (/tmp/ddplaunch-<uid> is a guessable name) to read tokens or plant
+// records, so nothing is read from it or written to it.
 fs::path jobs_dir() {
   const fs::path dir = fs::path(agent_socket_dir()) / "jobs";
   std::error_code ec;
   fs::create_directories(dir, ec);
   chmod(dir.c_str(), 0700);
+  struct stat st {};
+  for (const fs::path& p : {dir.parent_path(), dir}) {
+    if (lstat(p.c_str(), &st) != 0 || !S_ISDIR(st.st_mode) || st.st_uid != geteuid() || (st.st_mode & 077) != 0) {
+      static bool warned = false;
+      if (!warned) spdlog::warn("{} is not a private folder of this user: jobs are not registered there", p.string());
+      warned = true;
+      return {};
+    }
+  }
   return dir;
 }
 
-}  // namespace
-
-JobRegistration::JobRegistration(const RunningJob& job)
-    : job_(job), path_((jobs_dir() / (job.job_id + "." + std::to_string(job.pid) + ".json")).string()) {
-  write();
+double now_unix_s() {
+  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
 }
 
-void JobRegistration::update_endpoint(const std::string& endpoint) {
-  job_.endpoint = endpoint;
-  write();
+nlohmann::json to_json(const RunningJob& job) {
+  return {{"job_id", job.job_id},
+          {"endpoint", job.endpoint},
+          {"token", job.token},
+          {"tls_cert", job.tls_cert},
+          {"tls_key", job.tls_key},
+          {"tls_ca", job.tls_ca},
+          {"pid", job.pid},
+          {"started_unix_s", job.started_unix_s},
+          {"log_dir", job.log_dir},
+          {"console", job.console},
+          {"world_size", job.world_size},
+          {"local_ranks", job.local_ranks},
+          {"restarts", job.restarts},
+          {"state", to_string(job.state)},
+          {"exit_code", job.exit_code ? nlohmann::json(*job.exit_code) : nlohmann::json()},
+          {"ended_unix_s", job.ended_unix_s},
+          {"summary", job.summary}};
 }
 
-void JobRegistration::write() const {
-  const nlohmann::json j = {{"job_id", job_.job_id},     {"endpoint", job_.endpoint}, {"token", job_.token},
-                            {"tls_cert", job_.tls_cert}, {"tls_key", job_.tls_key},   {"tls_ca", job_.tls_ca},
-                            {"pid", job_.pid},           {"started_unix_s", job_.started_unix_s}};
-  const std::string temporary = path_ + ".tmp";
-  const int fd = open(temporary.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-  if (fd < 0) return;  // status will not find this job; the job itself runs on
-  const std::string text = j.dump();
-  const bool written = ::write(fd, text.data(), text.size()) == static_cast<ssize_t>(text.size());
-  close(fd);
-  if (!written || rename(temporary.c_str(), path_.c_str()) != 0) unlink(temporary.c_str());
+JobState parse_state(const std::string& s) {
+  for (JobState st : {JobState::kRunning, JobState::kSucceeded, JobState::kFailed, JobState::kStopped}) {
+    if (s == to_string(st)) return st;
+  }
+  return JobState::kLost;
 }
 
-JobRegistration::~JobRegistration() { unlink(path_.c_str()); }
-
-std::vector<RunningJob> running_jobs() {
-  std::vector<RunningJob> jobs;
-  std::error_code ec;
-  for (const auto& entry : fs::directory_iterator(jobs_dir(), ec)) {
-    if (entry.path().extension() != ".json") continue;
-    const nlohmann::json j = nlohmann::json::parse(std::ifstream(entry.path()), nullptr, false);
-    if (!j.is_object()) continue;
-    RunningJob job;
+std::optional<RunningJob> read_record(const fs::path& path) {
+  const nlohmann::json j = nlohmann::json::parse(std::ifstream(path), nullptr, false);
+  if (!j.is_object()) return std::nullopt;
+  RunningJob job;
+  try {
     job.job_id = j.value("job_id", "");
     job.endpoint = j.value("endpoint", "");
     job.token = j.value("token", "");
@@ -70,15 +85,133 @@ std::vector<RunningJob> running_jobs() {
     job.tls_ca = j.value("tls_ca", "");
     job.pid = j.value("pid", 0);
     job.started_unix_s = j.value("started_unix_s", 0.0);
-    if (!process_alive(job.pid)) {
-      fs::remove(entry.path(), ec);  // its agent was killed before it could
-      continue;
-    }
-    jobs.push_back(std::move(job));
+    job.log_dir = j.value("log_dir", "");
+    job.console = j.value("console", "");
+    job.world_size = j.value("world_size", 0);
+    job.local_ranks = j.value("local_ranks", 0);
+    job.restarts = j.value("restarts", 0);
+    job.state = parse_state(j.value("state", "running"));
+    if (j.contains("exit_code") && j["exit_code"].is_number_integer()) job.exit_code = j["exit_code"].get<int>();
+    job.ended_unix_s = j.value("ended_unix_s", 0.0);
+    job.summary = j.value("summary", "");
+  } catch (const nlohmann::json::exception&) {
+    return std::nullopt;  // a field of the wrong type: not a record of ours
   }
-  std::sort(jobs.begin(), jobs.end(),
-            [](const RunningJob& a, const RunningJob& b) { return a.started_unix_s < b.started_unix_s; });
+  if (job.job_id.empty()) return std::nullopt;
+  // Its agent was killed (SIGKILL) before it could record its end.
+  if (job.running() && !process_alive(job.pid)) job.state = JobState::kLost;
+  return job;
+}
+
+std::vector<std::pair<fs::path, RunningJob>> read_records() {
+  std::vector<std::pair<fs::path, RunningJob>> records;
+  const fs::path dir = jobs_dir();
+  if (dir.empty()) return records;
+  std::error_code ec;
+  for (const auto& entry : fs::directory_iterator(dir, ec)) {
+    if (entry.path().extension() != ".json") continue;
+    if (auto job = read_record(entry.path())) records.emplace_back(entry.path(), std::move(*job));
+  }
+  std::sort(records.begin(), records.end(),
+            [](const auto& a, const auto& b) { return a.second.started_unix_s < b.second.started_unix_s; });
+  return records;
+}
+
+// The oldest ended (or lost) records beyond the kept number.
+void prune_ended_records() {
+  auto records = read_records();
+  int ended = static_cast<int>(std::count_if(records.begin(), records.end(), [](const auto& r) { return !r.second.running(); }));
+  std::error_code ec;
+  for (const auto& [path, job] : records) {
+    if (ended <= kKeptEndedJobs) break;
+    if (job.running()) continue;
+    fs::remove(path, ec);
+    --ended;
+  }
+}
+
+}  // namespace
+
+const char* to_string(JobState s) {
+  switch (s) {
+    case JobState::kRunning: return "running";
+    case JobState::kSucceeded: return "succeeded";
+    case JobState::kFailed: return "failed";
+    case JobState::kStopped: return "stopped";
+    case JobState::kLost: return "lost";
+  }
+  return "lost";
+}
+
+JobState state_of_exit(int exit_code, bool stopped_by_signal) {
+  if (exit_code == exit_code::kSuccess) return JobState::kSucceeded;
+  if (stopped_by_signal || exit_code == exit_code::kRequeue) return JobState::kStopped;
+  return JobState::kFailed;
+}
+
+JobRegistration::JobRegistration(const RunningJob& job) : job_(job) {
+  const fs::path dir = jobs_dir();
+  if (!dir.empty()) path_ = (dir / (job.job_id + "." + std::to_string(job.pid) + ".json")).string();
+  write();
+}
+
+void JobRegistration::update_endpoint(const std::string& endpoint) {
+  job_.endpoint = endpoint;
+  write();
+}
+
+void JobRegistration::update_attempt(int attempt, int world_size, int local_ranks) {
+  job_.restarts = attempt;
+  job_.world_size = world_size;
+  job_.local_ranks = local_ranks;
+  write();
+}
+
+void JobRegistration::finish(int exit_code, bool stopped_by_signal, const std::string& summary) {
+  job_.state = state_of_exit(exit_code, stopped_by_signal);
+  job_.exit_code = exit_code;
+  job_.ended_unix_s = now_unix_s();
+  job_.summary = summary;
+  // An ended job cannot be asked anything: its secret has no use any more.
+  job_.token.clear();
+  write();
+  prune_ended_records();
+}
+
+void JobRegistration::write() const {
+  if (path_.empty()) return;
+  const std::string temporary = path_ + ".tmp";
+  const int fd = open(temporary.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600);
+  if (fd < 0) return;  // status will not find this job; the job itself runs on
+  const std::string text = to_json(job_).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+  const bool written = ::write(fd, text.data(), text.size()) == static_cast<ssize_t>(text.size());
+  close(fd);
+  if (!written || rename(temporary.c_str(), path_.c_str()) != 0) unlink(temporary.c_str());
+}
+
+JobRegistration::~JobRegistration() {
+  if (job_.running()) finish(exit_code::kInternal, false, "ddplaunch ended on an internal error");
+}
+
+std::vector<RunningJob> running_jobs() {
+  std::vector<RunningJob> jobs;
+  for (auto& [path, job] : read_records()) {
+    if (job.running()) jobs.push_back(std::move(job));
+  }
   return jobs;
+}
+
+std::vector<RunningJob> all_jobs() {
+  std::vector<RunningJob> jobs;
+  for (auto& [path, job] : read_records()) jobs.push_back(std::move(job));
+  return jobs;
+}
+
+std::optional<RunningJob> find_job(const std::string& job_id, int pid) {
+  for (auto& [path, job] : read_records()) {
+    if (job.job_id == job_id && job.pid == pid) return std::move(job);
+  }
+  return std::nullopt;
 }
 
 }  // namespace ddp

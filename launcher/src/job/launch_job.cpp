@@ -532,9 +532,26 @@ class WakeupFd {
   int fd_;
 };
 
+// This agent's entry in the job registry, as it starts.
+RunningJob job_record(const LaunchPlan& plan, const std::string& endpoint, const DetachedRun* detached) {
+  RunningJob record;
+  record.job_id = plan.job_id;
+  record.endpoint = endpoint;
+  record.token = plan.token;
+  record.tls_cert = plan.tls_cert;
+  record.tls_key = plan.tls_key;
+  record.tls_ca = plan.tls_ca;
+  record.pid = static_cast<int>(getpid());
+  record.started_unix_s = std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+  record.log_dir = plan.job_log_dir.string();
+  record.console = detached != nullptr ? detached->console : "";
+  record.local_ranks = plan.nproc;
+  return record;
+}
+
 }  // namespace
 
-int run_launch(const LaunchPlan& plan, OrphanSentinel* sentinel) {
+int run_launch(const LaunchPlan& plan, OrphanSentinel* sentinel, const DetachedRun* detached) {
   const std::vector<std::string> base_env = current_environment();
   const std::string runtime_dir = agent_socket_dir();
   // Probed while the coordinator starts and the nodes meet (the first launch
@@ -583,9 +600,8 @@ int run_launch(const LaunchPlan& plan, OrphanSentinel* sentinel) {
   EndpointFailover failover(endpoint_list(plan), hosted_job(plan), tls, coordinator_options(plan), coordinator_client);
   if (start_epoch > 0) coordinator_client.retarget(failover.endpoint(start_epoch), start_epoch);
   const std::string endpoint = coordinator_client.endpoint();
-  JobRegistration registered(
-      {plan.job_id, endpoint, plan.token, plan.tls_cert, plan.tls_key, plan.tls_ca, static_cast<int>(getpid()),
-       std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count()});
+  JobRegistration registered(job_record(plan, endpoint, detached));
+  if (detached != nullptr && detached->registered) detached->registered();
   const WakeupFd wakeup;
   WorkerHealthBoard health(SystemClock::instance(), stack_answer_timeout(plan.heartbeat_interval));
   AgentSettings settings = agent_settings(plan, endpoint);
@@ -625,6 +641,7 @@ int run_launch(const LaunchPlan& plan, OrphanSentinel* sentinel) {
       registered.update_endpoint(failover.endpoint(session.epoch()));
       failover.fence_earlier(session.epoch(), std::chrono::milliseconds(500));
     }
+    registered.update_attempt(attempt, layout.world_size, plan.nproc);
     router.set_node_rank(layout.node_rank);
     listener.set_node_rank(layout.node_rank);
     local.set_layout({layout, plan.nproc});
@@ -655,15 +672,23 @@ int run_launch(const LaunchPlan& plan, OrphanSentinel* sentinel) {
     linger_until_every_node_heard(*hosting, plan, session.assignment().node_rank);
   }
   if (code == 0) spdlog::info("job {}: all worker(s) succeeded", plan.job_id);
+  // What the record keeps for `stop` and `attach`: the console's closing lines.
+  std::string summary;
   if (code == exit_code::kRequeue) {
-    spdlog::warn("job {}: every rank stopped at a step boundary on request; exit code {} (start the job again to "
-                 "continue from what it saved)",
-                 plan.job_id, code);
+    summary = fmt::format(
+        "job {}: every rank stopped at a step boundary on request; exit code {} (start the job again to continue "
+        "from what it saved)",
+        plan.job_id, code);
+    spdlog::warn("{}", summary);
+    summary += "\n";
   }
   if (code != 0 && !listener.closing_summary().empty()) {
     std::fprintf(stderr, "%s", listener.closing_summary().c_str());
     std::fflush(stderr);
+    summary += listener.closing_summary();
   }
+  // After the console's last line: `attach` and `stop` take this as the end.
+  registered.finish(code, supervisor.stop_signal() != 0, summary);
   return code;
 }
 

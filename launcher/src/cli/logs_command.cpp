@@ -1,0 +1,106 @@
+#include "cli/logs_command.h"
+
+#include <CLI/CLI.hpp>
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <filesystem>
+#include <optional>
+
+#include "cli/job_selection.h"
+#include "detach/console_tail.h"
+#include "detach/follow_job.h"
+
+namespace ddp {
+namespace fs = std::filesystem;
+namespace {
+
+// The number in "attempt_3" or "rank_12"; nullopt for other names.
+std::optional<int> numbered(const std::string& name, const std::string& prefix) {
+  if (name.rfind(prefix, 0) != 0 || name.size() == prefix.size()) return std::nullopt;
+  const std::string digits = name.substr(prefix.size());
+  if (!std::all_of(digits.begin(), digits.end(), [](char c) { return c >= '0' && c <= '9'; }) || digits.size() > 9) {
+    return std::nullopt;
+  }
+  return std::stoi(digits);
+}
+
+// The numbers of dir's sub-folders named prefix<N>, ascending.
+std::vector<int> numbered_folders(const fs::path& dir, const std::string& prefix) {
+  std::vector<int> found;
+  std::error_code ec;
+  for (const auto& entry : fs::directory_iterator(dir, ec)) {
+    if (auto n = numbered(entry.path().filename().string(), prefix); n && entry.is_directory(ec)) found.push_back(*n);
+  }
+  std::sort(found.begin(), found.end());
+  return found;
+}
+
+// The log files `logs` shows, in order; empty (after one error line) when none.
+std::vector<std::string> files_to_show(const RunningJob& job, std::optional<int> rank, std::optional<int> attempt) {
+  if (!rank && !job.console.empty()) return {job.console};
+  const fs::path job_dir(job.log_dir);
+  const std::vector<int> attempts = numbered_folders(job_dir, "attempt_");
+  if (attempts.empty()) {
+    std::fprintf(stderr, "ddplaunch logs: error: job %s has no attempt folder in %s yet\n", job.job_id.c_str(),
+                 job.log_dir.c_str());
+    return {};
+  }
+  const int k = attempt.value_or(attempts.back());
+  if (std::find(attempts.begin(), attempts.end(), k) == attempts.end()) {
+    std::fprintf(stderr, "ddplaunch logs: error: job %s has no attempt %d (it has attempts %d..%d)\n",
+                 job.job_id.c_str(), k, attempts.front(), attempts.back());
+    return {};
+  }
+  const fs::path attempt_dir = job_dir / fmt::format("attempt_{}", k);
+  const std::vector<int> ranks = numbered_folders(attempt_dir, "rank_");
+  if (rank && std::find(ranks.begin(), ranks.end(), *rank) == ranks.end()) {
+    std::fprintf(stderr, "ddplaunch logs: error: attempt %d of job %s has no rank %d here%s\n", k, job.job_id.c_str(),
+                 *rank, ranks.empty() ? "" : fmt::format(" (ranks {}..{} ran on this node)", ranks.front(), ranks.back()).c_str());
+    return {};
+  }
+  std::vector<std::string> files;
+  for (int r : ranks) {
+    if (rank && r != *rank) continue;
+    for (const char* name : {"stdout.log", "stderr.log"}) {
+      const fs::path p = attempt_dir / fmt::format("rank_{}", r) / name;
+      if (fs::exists(p)) files.push_back(p.string());
+    }
+  }
+  return files;
+}
+
+}  // namespace
+
+int run_logs_command(int argc, const char* const* argv) {
+  CLI::App app{"ddplaunch logs: a job's output, running or finished", "ddplaunch logs"};
+  std::string job_id;
+  std::optional<int> rank, attempt;
+  bool follow = false;
+  add_job_argument(app, job_id);
+  app.add_option("--rank", rank, "this global rank's stdout.log and stderr.log (default: the console, or every rank)")
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--attempt", attempt, "this attempt (restart) of the job (default: the newest)")
+      ->check(CLI::NonNegativeNumber);
+  app.add_flag("-f,--follow", follow, "keep printing what is written, until the job ends");
+  if (const auto done = parse_command_line(app, "logs", argc, argv)) return *done;
+  const SelectedJob selected = select_job_record("logs", job_id, false);
+  if (!selected.job) return selected.exit_code;
+  const RunningJob& job = *selected.job;
+  const std::vector<std::string> files = files_to_show(job, rank, attempt);
+  if (files.empty()) return 1;
+
+  std::vector<std::unique_ptr<FileFollower>> followers;
+  for (const std::string& path : files) {
+    // A header per file where several are shown, as tail does.
+    if (files.size() > 1) std::printf("==> %s <==\n", path.c_str());
+    followers.push_back(std::make_unique<FileFollower>(path, 0));
+    followers.back()->copy_new(stdout);
+  }
+  std::fflush(stdout);
+  if (follow && job.running()) follow_until_job_ends(followers, job);
+  return 0;
+}
+
+}  // namespace ddp

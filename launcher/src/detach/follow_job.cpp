@@ -1,0 +1,60 @@
+#include "detach/follow_job.h"
+
+#include <poll.h>
+#include <signal.h>
+#include <sys/signalfd.h>
+#include <unistd.h>
+
+#include <cstdio>
+
+
+namespace ddp {
+namespace {
+
+// How often the job's record is read again: an agent's end shows within this.
+constexpr int kRecordPollMs = 200;
+
+void copy_new(std::vector<std::unique_ptr<FileFollower>>& files) {
+  for (auto& f : files) f->copy_new(stdout);
+  std::fflush(stdout);
+}
+
+}  // namespace
+
+FollowOutcome follow_until_job_ends(std::vector<std::unique_ptr<FileFollower>>& files, const RunningJob& job) {
+  sigset_t stop;
+  sigemptyset(&stop);
+  for (int s : {SIGINT, SIGTERM, SIGHUP}) sigaddset(&stop, s);
+  sigprocmask(SIG_BLOCK, &stop, nullptr);
+  const int signals = signalfd(-1, &stop, SFD_CLOEXEC);
+
+  FollowOutcome out;
+  for (;;) {
+    copy_new(files);
+    std::optional<RunningJob> now = find_job(job.job_id, job.pid);
+    if (!now || !now->running()) {
+      copy_new(files);  // the agent wrote its last lines before its record
+      if (!now) {       // its record was removed (pruned): nothing more is known
+        now = job;
+        now->state = JobState::kLost;
+      }
+      out.ended = now;
+      break;
+    }
+    std::vector<pollfd> fds;
+    if (signals >= 0) fds.push_back({signals, POLLIN, 0});
+    for (auto& f : files) {
+      if (f->change_fd() >= 0) fds.push_back({f->change_fd(), POLLIN, 0});
+    }
+    poll(fds.data(), fds.size(), kRecordPollMs);
+    if (signals >= 0 && (fds.front().revents & POLLIN)) {
+      copy_new(files);
+      out.interrupted = true;
+      break;
+    }
+  }
+  if (signals >= 0) close(signals);
+  return out;
+}
+
+}  // namespace ddp
