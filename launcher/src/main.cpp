@@ -3,12 +3,17 @@
 
 #include <spdlog/spdlog.h>
 #include <sys/prctl.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
 #include <csignal>
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
 #include <exception>
+#include <filesystem>
 #include <string>
 
 #include "cli/attach_command.h"
@@ -27,6 +32,7 @@
 #include "doctor/preflight.h"
 #include "exit_codes.h"
 #include "job/event_loop.h"
+#include "job/job_registry.h"
 #include "job/launch_job.h"
 #include "net/grpc_name_resolution.h"
 #include "net/host_name.h"
@@ -51,6 +57,21 @@ bool preflight_passes(const ddp::LaunchOptions& o) {
   if (ddp::worst_level(results) != ddp::CheckLevel::kFail) return true;
   std::fprintf(stderr, "ddplaunch: error: preflight failed (see the fail lines above); nothing was started\n");
   return false;
+}
+
+// The same, in a child process: its probes start threads (the CUDA driver's,
+// OpenBLAS's pool), which must not exist when --detach forks.
+bool preflight_passes_in_child(const ddp::LaunchOptions& o) {
+  std::fflush(nullptr);
+  const pid_t pid = fork();
+  if (pid == 0) _exit(preflight_passes(o) ? 0 : 1);
+  int status = 0;
+  if (pid < 0 || waitpid(pid, &status, 0) != pid) {
+    std::fprintf(stderr, "ddplaunch: error: cannot run the preflight checks in a child process: %s\n",
+                 std::strerror(errno));
+    return false;
+  }
+  return WIFEXITED(status) && WEXITSTATUS(status) == 0;
 }
 
 }  // namespace
@@ -79,7 +100,10 @@ int main(int argc, char** argv) {
     if (!options) return exit_code::kSuccess;
     init_logging("ddplaunch", options->log_level);
     // Before ddplaunch binds any port of its own, or the port check finds it taken.
-    if (options->preflight && !preflight_passes(*options)) return exit_code::kUsage;
+    if (options->preflight &&
+        !(options->detach ? preflight_passes_in_child(*options) : preflight_passes(*options))) {
+      return exit_code::kUsage;
+    }
     plan = resolve_launch_plan(*options, process_getenv());
     detach = options->detach;
     // A detached job ignores SIGHUP (background_start.h): the end of the
@@ -96,11 +120,24 @@ int main(int argc, char** argv) {
 
   DetachedRun detached_run;
   Detached detached;
+  if (detach && plan.nnodes == 1) {
+    // attach, logs and stop name jobs by id: two of one id here would be
+    // ambiguous (and share a log folder). The nodes of a multi-node job share
+    // theirs, even on one machine.
+    for (const JobRecord& running : running_jobs()) {
+      if (running.job_id != plan.job_id) continue;
+      std::fprintf(stderr, "ddplaunch: error: a job with id %s already runs here (agent pid %d): give this one another "
+                   "--rdzv-id\n", plan.job_id.c_str(), running.pid);
+      return exit_code::kUsage;
+    }
+  }
   if (detach) {
     // One console per machine: the nodes of a job may share a log folder (NFS),
     // where appends from several machines would mix.
-    detached_run.console =
-        (plan.job_log_dir / (plan.nnodes > 1 ? "console." + this_host_name() + ".log" : "console.log")).string();
+    detached_run.console = std::filesystem::absolute(plan.job_log_dir /
+                                                     (plan.nnodes > 1 ? "console." + this_host_name() + ".log"
+                                                                      : "console.log"))
+                               .string();
     try {
       detached = detach_from_terminal(detached_run.console);  // still before any thread
     } catch (const std::exception& e) {
@@ -108,7 +145,7 @@ int main(int argc, char** argv) {
       return exit_code::kInternal;
     }
     if (!detached.in_agent) return report_background_start(detached, plan.job_id, detached_run.console);
-    detached_run.registered = [&detached] { notify_registered(detached.ready_fd); };
+    detached_run.registered = [&detached](bool recorded) { notify_registered(detached.ready_fd, recorded); };
   }
 
   try {

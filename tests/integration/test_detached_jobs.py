@@ -306,6 +306,20 @@ class DetachTest(DetachedJobCase):
                 self.assertEqual(self.jobs(), [], "a rejected command line left a job in list")
 
 
+    def test_a_second_job_of_the_same_id_is_refused(self):
+        # attach, logs and stop name jobs by id: two single-node jobs of one id
+        # here would be ambiguous, and would write into one log folder.
+        jid = self.detach(["--nproc-per-node=1", GATE, self.outdir])
+        self.worker_pids(1)
+        res = self.run_launcher(None, raw_cmd=self.detach_command(["--nproc-per-node=1", GATE, self.outdir]),
+                                timeout=10)
+        self.assert_one_error_line(res, 2, jid, "already runs")
+        self.assertEqual([j["state"] for j in self.jobs()], ["running"])
+        self.tell("go")
+        self.assertEqual(self.wait_ended(jid)["exit_code"], 0)
+        self.assert_no_leftovers()
+
+
 class AttachTest(DetachedJobCase):
     """`ddplaunch attach`: replay, follow, detach on a signal, end with the job's code."""
 
@@ -484,6 +498,10 @@ class ListAndLogsTest(DetachedJobCase):
                 self.assertTrue(is_alive(row["pid"], self.token), "list's pid is not a live agent")
                 # The spec names the key only: the --log-dir given or the job's folder in it.
                 self.assertIn(os.path.normpath(row["log_dir"]), (str(self.log_dir), str(self.log_dir / jid)))
+        # status and stacks take the id as list and attach do: positional.
+        status = self.ctl("status", ok_id)
+        self.assertEqual(status.rc, 0, status.describe())
+        self.assertIn(f"job {ok_id}:", status.out, status.describe())
         table = self.ctl("list")
         self.assertEqual(table.rc, 0, table.describe())
         for jid in (ok_id, bad_id):

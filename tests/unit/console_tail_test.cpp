@@ -45,8 +45,11 @@ TEST_F(ConsoleTailTest, LastLines) {
   EXPECT_EQ(last_lines_of_file(path_, 0, &end), "");
   EXPECT_EQ(end, 6);
   append("partial");
-  EXPECT_EQ(last_lines_of_file(path_, 2, &end), "c\npartial\n") << "an unfinished last line counts";
-  EXPECT_EQ(end, 13);
+  EXPECT_EQ(last_lines_of_file(path_, 2, &end), "b\nc\n") << "a line still being written is left out";
+  EXPECT_EQ(end, 6) << "following starts at that line, so it is shown whole";
+  FileFollower f(path_, end);
+  append(" line\n");
+  EXPECT_EQ(copied(f), "partial line\n");
   EXPECT_EQ(last_lines_of_file((path_.string() + ".missing"), 3, &end), "");
   EXPECT_EQ(end, 0);
 }

@@ -48,8 +48,8 @@ class JobRegistryTest : public ::testing::Test {
     fs::remove_all(root_, ec);
   }
 
-  static RunningJob job(const std::string& id, int pid, double started) {
-    RunningJob j;
+  static JobRecord job(const std::string& id, int pid, double started) {
+    JobRecord j;
     j.job_id = id;
     j.endpoint = "127.0.0.1:29500";
     j.token = "s3cret-token";
@@ -118,6 +118,28 @@ TEST_F(JobRegistryTest, AKilledAgentsRecordReadsAsLost) {
   EXPECT_FALSE(all[0].exit_code.has_value());
   EXPECT_EQ(find_job("gone", pid)->state, JobState::kLost);
   EXPECT_FALSE(find_job("gone", pid + 1).has_value());
+}
+
+TEST_F(JobRegistryTest, ARecycledPidIsNotTheAgent) {
+  auto reg = std::make_unique<JobRegistration>(job("old", ::getpid(), 100));
+  (void)reg.release();  // killed: no end recorded
+  // Make the record name an earlier process that had this pid.
+  const fs::path path = jobs_dir() / ("old." + std::to_string(::getpid()) + ".json");
+  std::stringstream text;
+  text << std::ifstream(path).rdbuf();
+  std::string json = text.str();
+  const std::string key = "\"pid_start_ticks\":";
+  const size_t at = json.find(key);
+  ASSERT_NE(at, std::string::npos) << json;
+  json.insert(at + key.size(), "1");  // another start time
+  std::ofstream(path, std::ios::trunc) << json;
+  auto all = all_jobs();
+  ASSERT_EQ(all.size(), 1u);
+  EXPECT_EQ(all[0].state, JobState::kLost);
+  EXPECT_TRUE(running_jobs().empty());
+  text.str("");
+  text << std::ifstream(path).rdbuf();
+  EXPECT_EQ(text.str().find("s3cret-token"), std::string::npos) << "a lost record keeps no secret";
 }
 
 TEST_F(JobRegistryTest, OnlyTheNewestEndedRecordsAreKept) {

@@ -145,7 +145,10 @@ std::string agent_socket_dir() {
   const std::string dir =
       runtime != nullptr && *runtime != '\0' ? std::string(runtime) + "/ddplaunch" : fmt::format("/tmp/ddplaunch-{}", getuid());
   std::filesystem::create_directories(dir);
-  chmod(dir.c_str(), 0700);
+  // chmod follows links: only a real folder of ours is made private (the job
+  // registry refuses one that is not, job_registry.cpp).
+  struct stat st {};
+  if (lstat(dir.c_str(), &st) == 0 && S_ISDIR(st.st_mode) && st.st_uid == geteuid()) chmod(dir.c_str(), 0700);
   return dir;
 }
 

@@ -22,7 +22,7 @@ int run_attach_command(int argc, const char* const* argv) {
   if (const auto done = parse_command_line(app, "attach", argc, argv)) return *done;
   const SelectedJob selected = select_job_record("attach", job_id, false);
   if (!selected.job) return selected.exit_code;
-  const RunningJob& job = *selected.job;
+  const JobRecord& job = *selected.job;
   if (job.console.empty()) {
     std::fprintf(stderr,
                  "ddplaunch attach: error: job %s was started in the foreground (without --detach): it has no console "
@@ -36,7 +36,13 @@ int run_attach_command(int argc, const char* const* argv) {
   std::fflush(stdout);
   std::vector<std::unique_ptr<FileFollower>> files;
   files.push_back(std::make_unique<FileFollower>(job.console, end));
-  const FollowOutcome outcome = job.running() ? follow_until_job_ends(files, job) : FollowOutcome{false, job};
+  FollowOutcome outcome{false, job};
+  if (job.running()) {
+    outcome = follow_until_job_ends(files, job);
+  } else {
+    files.front()->copy_new(stdout);  // an unfinished last line
+    std::fflush(stdout);
+  }
   if (outcome.interrupted) {
     std::fprintf(stderr, "\nddplaunch: detached from job %s; it keeps running (`ddplaunch attach %s` follows it again)\n",
                  job.job_id.c_str(), job.job_id.c_str());

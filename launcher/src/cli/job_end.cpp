@@ -4,7 +4,7 @@
 
 namespace ddp {
 
-int report_job_end(const RunningJob& job, bool with_summary) {
+int report_job_end(const JobRecord& job, bool with_summary) {
   if (with_summary && !job.summary.empty()) std::fprintf(stderr, "%s", job.summary.c_str());
   if (!job.exit_code) {
     std::fprintf(stderr, "ddplaunch: job %s was lost: its agent (pid %d) was killed before it recorded its end\n",

@@ -1,6 +1,6 @@
 #pragma once
 // How `attach`, `logs -f` and `stop` tell that a job ended: a last line with
-// its exit code, which is also their own exit code.
+// its exit code (attach and stop also exit with it; logs exits 0).
 
 #include "job/job_registry.h"
 
@@ -10,6 +10,6 @@ namespace ddp {
 /// shown it already: it is in the console), then
 /// "ddplaunch: job ID ended with exit code C" (stderr). Returns C; 1 for a
 /// job whose agent was killed before it recorded its end.
-int report_job_end(const RunningJob& job, bool with_summary);
+int report_job_end(const JobRecord& job, bool with_summary);
 
 }  // namespace ddp

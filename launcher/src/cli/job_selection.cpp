@@ -9,9 +9,9 @@
 namespace ddp {
 
 SelectedJob select_running_job(const std::string& command, const std::string& job_id) {
-  std::vector<RunningJob> jobs = running_jobs();
+  std::vector<JobRecord> jobs = running_jobs();
   if (!job_id.empty()) {
-    jobs.erase(std::remove_if(jobs.begin(), jobs.end(), [&](const RunningJob& j) { return j.job_id != job_id; }),
+    jobs.erase(std::remove_if(jobs.begin(), jobs.end(), [&](const JobRecord& j) { return j.job_id != job_id; }),
                jobs.end());
   }
   if (jobs.empty()) {
@@ -21,7 +21,7 @@ SelectedJob select_running_job(const std::string& command, const std::string& jo
     return {std::nullopt, 1};
   }
   const std::string first = jobs.front().job_id;
-  if (job_id.empty() && std::any_of(jobs.begin(), jobs.end(), [&](const RunningJob& j) { return j.job_id != first; })) {
+  if (job_id.empty() && std::any_of(jobs.begin(), jobs.end(), [&](const JobRecord& j) { return j.job_id != first; })) {
     std::string ids;
     for (const auto& j : jobs) ids += (ids.empty() ? "" : ", ") + j.job_id;
     std::fprintf(stderr, "ddplaunch %s: error: several jobs run here (%s): choose one with --job\n", command.c_str(),
@@ -32,12 +32,12 @@ SelectedJob select_running_job(const std::string& command, const std::string& jo
 }
 
 SelectedJob select_job_record(const std::string& command, const std::string& job_id, bool running_only) {
-  std::vector<RunningJob> jobs = all_jobs();  // oldest first
+  std::vector<JobRecord> jobs = all_jobs();  // oldest first
   if (!job_id.empty()) {
-    jobs.erase(std::remove_if(jobs.begin(), jobs.end(), [&](const RunningJob& j) { return j.job_id != job_id; }),
+    jobs.erase(std::remove_if(jobs.begin(), jobs.end(), [&](const JobRecord& j) { return j.job_id != job_id; }),
                jobs.end());
   }
-  const auto newest_running = std::find_if(jobs.rbegin(), jobs.rend(), [](const RunningJob& j) { return j.running(); });
+  const auto newest_running = std::find_if(jobs.rbegin(), jobs.rend(), [](const JobRecord& j) { return j.running(); });
   if (newest_running != jobs.rend()) {
     if (job_id.empty()) {
       std::vector<std::string> ids;
@@ -68,7 +68,7 @@ SelectedJob select_job_record(const std::string& command, const std::string& job
 
 void add_job_argument(CLI::App& app, std::string& job_id) {
   app.add_option("job", job_id, "the job id (--rdzv-id; see `ddplaunch list`): needed when several jobs run");
-  app.add_option("--job", job_id, "the same, as `status` spells it");
+  app.add_option("--job", job_id, "the same, as an option");
 }
 
 std::optional<int> parse_command_line(CLI::App& app, const std::string& command, int argc, const char* const* argv) {
@@ -86,13 +86,13 @@ std::optional<int> parse_command_line(CLI::App& app, const std::string& command,
 
 std::optional<int> parse_job_command_line(CLI::App& app, const std::string& command, const std::string& json_instead_of,
                                           JobCommandLine& line, int argc, const char* const* argv) {
-  app.add_option("--job", line.job_id, "the job id (--rdzv-id); needed when several jobs run");
+  add_job_argument(app, line.job_id);
   app.add_flag("--json", line.json, "one JSON document instead of " + json_instead_of);
   return parse_command_line(app, command, argc, argv);
 }
 
 int ask_running_job(const std::string& command, const std::string& job_id,
-                    const std::function<Status(CoordinatorClient&, std::string&)>& ask, RunningJob* job,
+                    const std::function<Status(CoordinatorClient&, std::string&)>& ask, JobRecord* job,
                     std::string* reply) {
   const SelectedJob selected = select_running_job(command, job_id);
   if (!selected.job) return selected.exit_code;

@@ -1,9 +1,10 @@
 #pragma once
-// What the subcommands that talk to a running job (`status`, `stacks`) share:
-// their --job/--json command line, and which job they talk to: the one job of
-// this user on this machine, or the one --job names; with several agents of
-// one job here, the newest. Each says why on stderr, in one line, when it
-// cannot go on.
+// What the subcommands about one job share: `status` and `stacks` (a running
+// job's coordinator: their --job/--json command line, the one job of this
+// user on this machine or the one --job names, with several agents of one job
+// here the newest), and `attach`, `logs`, `stop` (a record of the registry,
+// running or ended; JOB as a positional argument). Each says why on stderr,
+// in one line, when it cannot go on.
 //
 // Threading: free functions, no shared state.
 
@@ -19,7 +20,7 @@
 namespace ddp {
 
 struct SelectedJob {
-  std::optional<RunningJob> job;
+  std::optional<JobRecord> job;
   int exit_code = 0;  // when no job: 1 (none running), 2 (several: --job needed)
 };
 
@@ -44,8 +45,8 @@ struct JobCommandLine {
 std::optional<int> parse_job_command_line(CLI::App& app, const std::string& command, const std::string& json_instead_of,
                                           JobCommandLine& line, int argc, const char* const* argv);
 
-/// Adds JOB, the job id, as an optional positional argument (and as --job,
-/// the spelling `status` uses) to `app`.
+/// Adds JOB, the job id, as an optional positional argument (and as --job)
+/// to `app`.
 void add_job_argument(CLI::App& app, std::string& job_id);
 
 /// Parses argv into `app`. Returns the exit code when the command ends here:
@@ -55,7 +56,7 @@ std::optional<int> parse_command_line(CLI::App& app, const std::string& command,
 /// Selects the job (select_running_job) and asks its coordinator through
 /// `ask`. 0 with *job and *reply set, else the exit code after one error line.
 int ask_running_job(const std::string& command, const std::string& job_id,
-                    const std::function<Status(CoordinatorClient&, std::string&)>& ask, RunningJob* job,
+                    const std::function<Status(CoordinatorClient&, std::string&)>& ask, JobRecord* job,
                     std::string* reply);
 
 }  // namespace ddp

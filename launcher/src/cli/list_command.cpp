@@ -21,7 +21,7 @@ std::string local_time(double unix_s) {
 }
 
 // A secret-free view of a record (no token, no TLS key path).
-nlohmann::json to_json(const RunningJob& j) {
+nlohmann::json to_json(const JobRecord& j) {
   return {{"job_id", j.job_id},
           {"state", to_string(j.state)},
           {"pid", j.pid},
@@ -37,10 +37,10 @@ nlohmann::json to_json(const RunningJob& j) {
           {"coordinator", j.running() ? nlohmann::json(j.endpoint) : nlohmann::json()}};
 }
 
-std::string render_table(const std::vector<RunningJob>& jobs) {
+std::string render_table(const std::vector<JobRecord>& jobs) {
   std::string out = fmt::format("{:<28} {:<10} {:<19} {:>5} {:>8} {:>4}  {:<10} {}\n", "JOB", "STATE", "STARTED", "RANKS",
                                 "RESTARTS", "EXIT", "MODE", "LOGS");
-  for (const RunningJob& j : jobs) {
+  for (const JobRecord& j : jobs) {
     out += fmt::format("{:<28} {:<10} {:<19} {:>5} {:>8} {:>4}  {:<10} {}\n", j.job_id, to_string(j.state),
                        local_time(j.started_unix_s), j.world_size > 0 ? std::to_string(j.world_size) : "-",
                        j.restarts, j.exit_code ? std::to_string(*j.exit_code) : "-",
@@ -56,10 +56,10 @@ int run_list_command(int argc, const char* const* argv) {
   bool json = false;
   app.add_flag("--json", json, "a JSON array instead of the table");
   if (const auto done = parse_command_line(app, "list", argc, argv)) return *done;
-  const std::vector<RunningJob> jobs = all_jobs();
+  const std::vector<JobRecord> jobs = all_jobs();
   if (json) {
     nlohmann::json array = nlohmann::json::array();
-    for (const RunningJob& j : jobs) array.push_back(to_json(j));
+    for (const JobRecord& j : jobs) array.push_back(to_json(j));
     std::printf("%s\n", array.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
   } else if (jobs.empty()) {
     std::printf("no ddplaunch jobs of this user on this machine\n");

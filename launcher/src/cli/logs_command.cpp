@@ -8,9 +8,11 @@
 #include <filesystem>
 #include <optional>
 
+#include "cli/job_end.h"
 #include "cli/job_selection.h"
 #include "detach/console_tail.h"
 #include "detach/follow_job.h"
+#include "job/log_layout.h"
 
 namespace ddp {
 namespace fs = std::filesystem;
@@ -38,10 +40,10 @@ std::vector<int> numbered_folders(const fs::path& dir, const std::string& prefix
 }
 
 // The log files `logs` shows, in order; empty (after one error line) when none.
-std::vector<std::string> files_to_show(const RunningJob& job, std::optional<int> rank, std::optional<int> attempt) {
+std::vector<std::string> files_to_show(const JobRecord& job, std::optional<int> rank, std::optional<int> attempt) {
   if (!rank && !job.console.empty()) return {job.console};
   const fs::path job_dir(job.log_dir);
-  const std::vector<int> attempts = numbered_folders(job_dir, "attempt_");
+  const std::vector<int> attempts = numbered_folders(job_dir, kAttemptFolderPrefix);
   if (attempts.empty()) {
     std::fprintf(stderr, "ddplaunch logs: error: job %s has no attempt folder in %s yet\n", job.job_id.c_str(),
                  job.log_dir.c_str());
@@ -53,8 +55,8 @@ std::vector<std::string> files_to_show(const RunningJob& job, std::optional<int>
                  job.job_id.c_str(), k, attempts.front(), attempts.back());
     return {};
   }
-  const fs::path attempt_dir = job_dir / fmt::format("attempt_{}", k);
-  const std::vector<int> ranks = numbered_folders(attempt_dir, "rank_");
+  const fs::path attempt_dir = attempt_log_dir(job_dir, k);
+  const std::vector<int> ranks = numbered_folders(attempt_dir, kRankFolderPrefix);
   if (rank && std::find(ranks.begin(), ranks.end(), *rank) == ranks.end()) {
     std::fprintf(stderr, "ddplaunch logs: error: attempt %d of job %s has no rank %d here%s\n", k, job.job_id.c_str(),
                  *rank, ranks.empty() ? "" : fmt::format(" (ranks {}..{} ran on this node)", ranks.front(), ranks.back()).c_str());
@@ -64,7 +66,7 @@ std::vector<std::string> files_to_show(const RunningJob& job, std::optional<int>
   for (int r : ranks) {
     if (rank && r != *rank) continue;
     for (const char* name : {"stdout.log", "stderr.log"}) {
-      const fs::path p = attempt_dir / fmt::format("rank_{}", r) / name;
+      const fs::path p = rank_log_dir(job_dir, k, r) / name;
       if (fs::exists(p)) files.push_back(p.string());
     }
   }
@@ -87,7 +89,7 @@ int run_logs_command(int argc, const char* const* argv) {
   if (const auto done = parse_command_line(app, "logs", argc, argv)) return *done;
   const SelectedJob selected = select_job_record("logs", job_id, false);
   if (!selected.job) return selected.exit_code;
-  const RunningJob& job = *selected.job;
+  const JobRecord& job = *selected.job;
   const std::vector<std::string> files = files_to_show(job, rank, attempt);
   if (files.empty()) return 1;
 
@@ -99,7 +101,10 @@ int run_logs_command(int argc, const char* const* argv) {
     followers.back()->copy_new(stdout);
   }
   std::fflush(stdout);
-  if (follow && job.running()) follow_until_job_ends(followers, job);
+  if (follow && job.running()) {
+    const FollowOutcome outcome = follow_until_job_ends(followers, job);
+    if (outcome.ended) report_job_end(*outcome.ended, false);
+  }
   return 0;
 }
 

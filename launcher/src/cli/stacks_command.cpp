@@ -15,7 +15,7 @@ int run_stacks_command(int argc, const char* const* argv) {
   double wait_s = 10;
   app.add_option("--wait", wait_s, "seconds to wait for the ranks' answers")->check(CLI::Range(0.1, 60.0))->capture_default_str();
   if (const auto done = parse_job_command_line(app, "stacks", "the grouped text", line, argc, argv)) return *done;
-  RunningJob job;
+  JobRecord job;
   std::string text;
   const Duration wait = std::chrono::duration_cast<Duration>(std::chrono::duration<double>(wait_s));
   if (const int failed = ask_running_job(

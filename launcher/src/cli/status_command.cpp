@@ -92,7 +92,7 @@ int run_status_command(int argc, const char* const* argv) {
   CLI::App app{"ddplaunch status: the live view of a running job", "ddplaunch status"};
   JobCommandLine line;
   if (const auto done = parse_job_command_line(app, "status", "the table", line, argc, argv)) return *done;
-  RunningJob job;
+  JobRecord job;
   std::string text;
   if (const int failed = ask_running_job(
           "status", line.job_id,

@@ -4,6 +4,7 @@
 
 #include <poll.h>
 #include <signal.h>
+#include <sys/signalfd.h>
 
 #include <cerrno>
 #include <cstdio>
@@ -11,12 +12,23 @@
 
 #include "cli/job_end.h"
 #include "cli/job_selection.h"
+#include "exit_codes.h"
+#include "process/exit_status.h"
 
 namespace ddp {
 namespace {
 
-// How often the job's record is read while it stops.
+// How often the job's records are read while it stops.
 constexpr int kRecordPollMs = 100;
+
+// A signalfd for the signals that interrupt `stop` (Ctrl-C), blocked here.
+int interrupt_signals() {
+  sigset_t set;
+  sigemptyset(&set);
+  for (int s : {SIGINT, SIGTERM, SIGHUP}) sigaddset(&set, s);
+  sigprocmask(SIG_BLOCK, &set, nullptr);
+  return signalfd(-1, &set, SFD_CLOEXEC);
+}
 
 }  // namespace
 
@@ -29,28 +41,37 @@ int run_stop_command(int argc, const char* const* argv) {
   const SelectedJob selected = select_job_record("stop", job_id, true);
   if (!selected.job) return selected.exit_code;
   // Every agent of the job on this machine (several nodes of a test cluster may share it).
-  std::vector<RunningJob> agents;
-  for (RunningJob& j : running_jobs()) {
+  std::vector<JobRecord> agents;
+  for (JobRecord& j : running_jobs()) {
     if (j.job_id == selected.job->job_id) agents.push_back(std::move(j));
   }
-  for (const RunningJob& agent : agents) {
-    if (kill(agent.pid, SIGTERM) != 0) {
+  if (agents.empty()) agents.push_back(*selected.job);  // it ended meanwhile: report that end
+  for (const JobRecord& agent : agents) {
+    // The record is re-read just before: a recycled pid is never signalled.
+    if (end_of(agent)) continue;
+    const int signo = agent.stop_signal > 0 ? agent.stop_signal : SIGTERM;
+    if (kill(agent.pid, signo) != 0 && errno != ESRCH) {  // ESRCH: it just ended
       std::fprintf(stderr, "ddplaunch stop: error: cannot signal the agent of job %s (pid %d): %s\n",
                    agent.job_id.c_str(), agent.pid, std::strerror(errno));
       return 1;
     }
-    std::fprintf(stderr, "ddplaunch: stopping job %s (SIGTERM to its agent, pid %d)\n", agent.job_id.c_str(), agent.pid);
+    std::fprintf(stderr, "ddplaunch: stopping job %s (%s to its agent, pid %d)\n", agent.job_id.c_str(),
+                 signal_name(signo).c_str(), agent.pid);
   }
   // The job decides how long it takes (--stop-timeout, --shutdown-grace): wait for its end.
+  const int interrupts = interrupt_signals();
   int code = 0;
-  for (const RunningJob& agent : agents) {
-    std::optional<RunningJob> now;
-    while ((now = find_job(agent.job_id, agent.pid)) && now->running()) poll(nullptr, 0, kRecordPollMs);
-    if (!now) {
-      now = agent;
-      now->state = JobState::kLost;
+  for (const JobRecord& agent : agents) {
+    std::optional<JobRecord> end;
+    while (!(end = end_of(agent))) {
+      pollfd p{interrupts, POLLIN, 0};
+      if (poll(&p, interrupts >= 0 ? 1 : 0, kRecordPollMs) > 0) {
+        std::fprintf(stderr, "ddplaunch: job %s is still stopping; `ddplaunch list` shows its end\n",
+                     agent.job_id.c_str());
+        return exit_code::for_signal(SIGINT);
+      }
     }
-    code = report_job_end(*now, true);
+    code = report_job_end(*end, true);
   }
   return code;
 }

@@ -20,14 +20,19 @@ namespace {
 [[noreturn]] void throw_errno(const std::string& what) { throw std::system_error(errno, std::generic_category(), what); }
 
 // How many of the console's last lines a start that failed shows.
-constexpr int kLinesShownOnFailure = 20;
+constexpr int kLinesShownOnFailure = 30;
+
+// The agent's word on the ready pipe.
+constexpr char kRecorded = 'r';
+constexpr char kNotRecorded = 'n';
 
 }  // namespace
 
 Detached detach_from_terminal(const std::string& console_path) {
   std::error_code ec;
   std::filesystem::create_directories(std::filesystem::path(console_path).parent_path(), ec);
-  const int console = open(console_path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC | O_NOCTTY, 0644);
+  const int console =
+      open(console_path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC | O_NOCTTY | O_NOFOLLOW, 0644);
   if (console < 0) throw_errno("cannot open the console log " + console_path);
   const int null_in = open("/dev/null", O_RDONLY | O_CLOEXEC);
   int ready[2];
@@ -51,18 +56,19 @@ Detached detach_from_terminal(const std::string& console_path) {
   dup2(null_in, STDIN_FILENO);
   dup2(console, STDOUT_FILENO);
   dup2(console, STDERR_FILENO);
-  close(null_in);
-  close(console);
+  // Every other descriptor from 3 up, the ready pipe's write end excepted.
+  close_range(3, static_cast<unsigned>(ready[1]) - 1, 0);
+  close_range(static_cast<unsigned>(ready[1]) + 1, ~0U, 0);
   d.in_agent = true;
   d.agent_pid = getpid();
   d.ready_fd = ready[1];
   return d;
 }
 
-void notify_registered(int& ready_fd) {
+void notify_registered(int& ready_fd, bool recorded) {
   if (ready_fd < 0) return;
-  const char ok = 1;
-  (void)!write(ready_fd, &ok, 1);
+  const char word = recorded ? kRecorded : kNotRecorded;
+  (void)!write(ready_fd, &word, 1);
   close(ready_fd);
   ready_fd = -1;
 }
@@ -75,6 +81,12 @@ int report_background_start(const Detached& detached, const std::string& job_id,
   } while (n < 0 && errno == EINTR);
   close(detached.ready_fd);
   if (n == 1) {
+    if (byte == kNotRecorded) {
+      std::fprintf(stderr,
+                   "ddplaunch: warning: job %s runs, but its record could not be written to the job registry (see "
+                   "its console): attach, logs, stop and status cannot find it; follow %s, stop it with kill %d\n",
+                   job_id.c_str(), console_path.c_str(), static_cast<int>(detached.agent_pid));
+    }
     std::printf("%s\n", job_id.c_str());
     std::fflush(stdout);
     std::fprintf(stderr,

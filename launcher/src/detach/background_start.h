@@ -25,13 +25,16 @@ struct Detached {
   int ready_fd = -1;      // agent: the write end for notify_registered; parent: the read end
 };
 
-/// Creates the console log's folder and file, then forks. Throws
+/// Creates the console log's folder and file, then forks. The agent keeps no
+/// descriptor of the caller's but the ready pipe (an inherited lock or pipe
+/// would otherwise be held by the job and its workers until the end). Throws
 /// std::system_error when it cannot (nothing was started then).
 Detached detach_from_terminal(const std::string& console_path);
 
-/// In the agent, once the job is registered: the waiting parent may return.
-/// Closes the descriptor; later calls do nothing.
-void notify_registered(int& ready_fd);
+/// In the agent, once the job is registered (`recorded`: whether its record
+/// could be written, without which attach, stop and status cannot find it):
+/// the waiting parent may return. Closes the descriptor; later calls do nothing.
+void notify_registered(int& ready_fd, bool recorded);
 
 /// In the parent: waits for the agent's word; prints the job id (stdout) and
 /// how to attach, follow the logs and stop it (stderr). Returns 0, or the

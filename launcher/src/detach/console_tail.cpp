@@ -36,14 +36,11 @@ std::string last_lines_of_file(const std::string& path, int lines, off_t* read_t
   struct stat st {};
   fstat(fd, &st);
   const off_t end = st.st_size;
-  if (read_to != nullptr) *read_to = end;
-  if (lines <= 0) {
-    close(fd);
-    return {};
-  }
   std::string text = read_range(fd, std::max<off_t>(0, end - kTailWindow), end);
   close(fd);
-  if (!text.empty() && text.back() != '\n') text += '\n';
+  text.resize(text.rfind('\n') == std::string::npos ? 0 : text.rfind('\n') + 1);  // complete lines only
+  if (read_to != nullptr) *read_to = std::max<off_t>(0, end - kTailWindow) + static_cast<off_t>(text.size());
+  if (lines <= 0) return {};
   // Walk back over `lines` newlines (the last one ends the last line).
   size_t start = text.size();
   for (int seen = 0; start > 0; --start) {

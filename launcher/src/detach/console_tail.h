@@ -11,9 +11,10 @@
 
 namespace ddp {
 
-/// The last `lines` lines of the file (each with its newline), read from its
-/// end; empty when it cannot be read. *read_to: the offset it read up to,
-/// where following it should start.
+/// The last `lines` complete lines of the file (each with its newline), read
+/// from its end; empty when it cannot be read. *read_to: where they end, and
+/// where following it should start (a line still being written is left to
+/// the follower, whole).
 std::string last_lines_of_file(const std::string& path, int lines, off_t* read_to = nullptr);
 
 /// Follows one file from an offset: copy_new() copies what was appended since

@@ -21,7 +21,7 @@ void copy_new(std::vector<std::unique_ptr<FileFollower>>& files) {
 
 }  // namespace
 
-FollowOutcome follow_until_job_ends(std::vector<std::unique_ptr<FileFollower>>& files, const RunningJob& job) {
+FollowOutcome follow_until_job_ends(std::vector<std::unique_ptr<FileFollower>>& files, const JobRecord& job) {
   sigset_t stop;
   sigemptyset(&stop);
   for (int s : {SIGINT, SIGTERM, SIGHUP}) sigaddset(&stop, s);
@@ -31,14 +31,9 @@ FollowOutcome follow_until_job_ends(std::vector<std::unique_ptr<FileFollower>>& 
   FollowOutcome out;
   for (;;) {
     copy_new(files);
-    std::optional<RunningJob> now = find_job(job.job_id, job.pid);
-    if (!now || !now->running()) {
+    if (std::optional<JobRecord> end = end_of(job)) {
       copy_new(files);  // the agent wrote its last lines before its record
-      if (!now) {       // its record was removed (pruned): nothing more is known
-        now = job;
-        now->state = JobState::kLost;
-      }
-      out.ended = now;
+      out.ended = std::move(end);
       break;
     }
     std::vector<pollfd> fds;

@@ -17,12 +17,12 @@ namespace ddp {
 
 struct FollowOutcome {
   bool interrupted = false;         // a signal: the job may still run
-  std::optional<RunningJob> ended;  // the job's final record, when it ended
+  std::optional<JobRecord> ended;  // the job's final record, when it ended
 };
 
 /// Follows until the agent of `job` ends (its record is no longer running,
 /// or is gone), copying the files' new bytes to stdout as they come; what
 /// the files hold at the end is copied before returning.
-FollowOutcome follow_until_job_ends(std::vector<std::unique_ptr<FileFollower>>& files, const RunningJob& job);
+FollowOutcome follow_until_job_ends(std::vector<std::unique_ptr<FileFollower>>& files, const JobRecord& job);
 
 }  // namespace ddp

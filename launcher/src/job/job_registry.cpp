@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
@@ -15,26 +16,28 @@
 
 #include "agent/local_agent_service.h"
 #include "exit_codes.h"
-#include "process/process_alive.h"
+#include "process/process_identity.h"
 
 namespace ddp {
 namespace fs = std::filesystem;
 namespace {
 
 // Empty when the folder is not this user's alone: another user could have
-// made it (/tmp/ddplaunch-<uid> is a guessable name) to read tokens or plant
-// records, so nothing is read from it or written to it.
+// made it (/tmp/ddplaunch-<uid> is a guessable name), or a link in its place,
+// to read tokens or plant records, so nothing is read from it or written to it.
 fs::path jobs_dir() {
   const fs::path dir = fs::path(agent_socket_dir()) / "jobs";
   std::error_code ec;
   fs::create_directories(dir, ec);
-  chmod(dir.c_str(), 0700);
   struct stat st {};
   for (const fs::path& p : {dir.parent_path(), dir}) {
-    if (lstat(p.c_str(), &st) != 0 || !S_ISDIR(st.st_mode) || st.st_uid != geteuid() || (st.st_mode & 077) != 0) {
-      static bool warned = false;
-      if (!warned) spdlog::warn("{} is not a private folder of this user: jobs are not registered there", p.string());
-      warned = true;
+    // lstat, then chmod only a real folder of ours: chmod follows links.
+    if (lstat(p.c_str(), &st) != 0 || !S_ISDIR(st.st_mode) || st.st_uid != geteuid() ||
+        ((st.st_mode & 077) != 0 && chmod(p.c_str(), 0700) != 0)) {
+      static std::atomic<bool> warned{false};
+      if (!warned.exchange(true)) {
+        spdlog::warn("{} is not a private folder of this user: jobs are not registered there", p.string());
+      }
       return {};
     }
   }
@@ -45,7 +48,7 @@ double now_unix_s() {
   return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
 }
 
-nlohmann::json to_json(const RunningJob& job) {
+nlohmann::json to_json(const JobRecord& job) {
   return {{"job_id", job.job_id},
           {"endpoint", job.endpoint},
           {"token", job.token},
@@ -53,6 +56,8 @@ nlohmann::json to_json(const RunningJob& job) {
           {"tls_key", job.tls_key},
           {"tls_ca", job.tls_ca},
           {"pid", job.pid},
+          {"pid_start_ticks", job.pid_start_ticks},
+          {"stop_signal", job.stop_signal},
           {"started_unix_s", job.started_unix_s},
           {"log_dir", job.log_dir},
           {"console", job.console},
@@ -72,10 +77,10 @@ JobState parse_state(const std::string& s) {
   return JobState::kLost;
 }
 
-std::optional<RunningJob> read_record(const fs::path& path) {
+std::optional<JobRecord> read_record(const fs::path& path) {
   const nlohmann::json j = nlohmann::json::parse(std::ifstream(path), nullptr, false);
   if (!j.is_object()) return std::nullopt;
-  RunningJob job;
+  JobRecord job;
   try {
     job.job_id = j.value("job_id", "");
     job.endpoint = j.value("endpoint", "");
@@ -84,6 +89,8 @@ std::optional<RunningJob> read_record(const fs::path& path) {
     job.tls_key = j.value("tls_key", "");
     job.tls_ca = j.value("tls_ca", "");
     job.pid = j.value("pid", 0);
+    job.pid_start_ticks = j.value("pid_start_ticks", uint64_t{0});
+    job.stop_signal = j.value("stop_signal", 0);
     job.started_unix_s = j.value("started_unix_s", 0.0);
     job.log_dir = j.value("log_dir", "");
     job.console = j.value("console", "");
@@ -98,19 +105,40 @@ std::optional<RunningJob> read_record(const fs::path& path) {
     return std::nullopt;  // a field of the wrong type: not a record of ours
   }
   if (job.job_id.empty()) return std::nullopt;
-  // Its agent was killed (SIGKILL) before it could record its end.
-  if (job.running() && !process_alive(job.pid)) job.state = JobState::kLost;
   return job;
 }
 
-std::vector<std::pair<fs::path, RunningJob>> read_records() {
-  std::vector<std::pair<fs::path, RunningJob>> records;
+// The whole record, replacing the file at once (rename): a reader never sees half of it.
+bool write_record(const std::string& path, const JobRecord& job) {
+  const std::string temporary = path + ".tmp";
+  const int fd = open(temporary.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600);
+  if (fd < 0) return false;
+  const std::string text = to_json(job).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+  const bool written = ::write(fd, text.data(), text.size()) == static_cast<ssize_t>(text.size());
+  close(fd);
+  if (written && rename(temporary.c_str(), path.c_str()) == 0) return true;
+  unlink(temporary.c_str());
+  return false;
+}
+
+std::vector<std::pair<fs::path, JobRecord>> read_records() {
+  std::vector<std::pair<fs::path, JobRecord>> records;
   const fs::path dir = jobs_dir();
   if (dir.empty()) return records;
   std::error_code ec;
-  for (const auto& entry : fs::directory_iterator(dir, ec)) {
-    if (entry.path().extension() != ".json") continue;
-    if (auto job = read_record(entry.path())) records.emplace_back(entry.path(), std::move(*job));
+  for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
+    const fs::path& path = it->path();
+    if (path.extension() != ".json") continue;
+    auto job = read_record(path);
+    if (!job) continue;
+    if (job->running() && !same_process_running(job->pid, job->pid_start_ticks)) {
+      // Its agent was killed (SIGKILL) before it could record its end: the
+      // record says so from now on, and keeps no secret.
+      job->state = JobState::kLost;
+      job->token.clear();
+      write_record(path.string(), *job);
+    }
+    records.emplace_back(path, std::move(*job));
   }
   std::sort(records.begin(), records.end(),
             [](const auto& a, const auto& b) { return a.second.started_unix_s < b.second.started_unix_s; });
@@ -149,7 +177,8 @@ JobState state_of_exit(int exit_code, bool stopped_by_signal) {
   return JobState::kFailed;
 }
 
-JobRegistration::JobRegistration(const RunningJob& job) : job_(job) {
+JobRegistration::JobRegistration(const JobRecord& job) : job_(job) {
+  job_.pid_start_ticks = process_start_ticks(job.pid).value_or(0);
   const fs::path dir = jobs_dir();
   if (!dir.empty()) path_ = (dir / (job.job_id + "." + std::to_string(job.pid) + ".json")).string();
   write();
@@ -178,40 +207,45 @@ void JobRegistration::finish(int exit_code, bool stopped_by_signal, const std::s
   prune_ended_records();
 }
 
-void JobRegistration::write() const {
-  if (path_.empty()) return;
-  const std::string temporary = path_ + ".tmp";
-  const int fd = open(temporary.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600);
-  if (fd < 0) return;  // status will not find this job; the job itself runs on
-  const std::string text = to_json(job_).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
-  const bool written = ::write(fd, text.data(), text.size()) == static_cast<ssize_t>(text.size());
-  close(fd);
-  if (!written || rename(temporary.c_str(), path_.c_str()) != 0) unlink(temporary.c_str());
+void JobRegistration::write() {
+  // status will not find a job whose record is not written; the job itself runs on
+  written_ = !path_.empty() && write_record(path_, job_);
 }
 
 JobRegistration::~JobRegistration() {
   if (job_.running()) finish(exit_code::kInternal, false, "ddplaunch ended on an internal error");
 }
 
-std::vector<RunningJob> running_jobs() {
-  std::vector<RunningJob> jobs;
+std::vector<JobRecord> running_jobs() {
+  std::vector<JobRecord> jobs;
   for (auto& [path, job] : read_records()) {
     if (job.running()) jobs.push_back(std::move(job));
   }
   return jobs;
 }
 
-std::vector<RunningJob> all_jobs() {
-  std::vector<RunningJob> jobs;
+std::vector<JobRecord> all_jobs() {
+  std::vector<JobRecord> jobs;
   for (auto& [path, job] : read_records()) jobs.push_back(std::move(job));
   return jobs;
 }
 
-std::optional<RunningJob> find_job(const std::string& job_id, int pid) {
+std::optional<JobRecord> find_job(const std::string& job_id, int pid) {
   for (auto& [path, job] : read_records()) {
     if (job.job_id == job_id && job.pid == pid) return std::move(job);
   }
   return std::nullopt;
+}
+
+std::optional<JobRecord> end_of(const JobRecord& job) {
+  std::optional<JobRecord> now = find_job(job.job_id, job.pid);
+  if (now && now->running()) return std::nullopt;
+  if (!now) {
+    now = job;
+    now->state = JobState::kLost;
+    now->exit_code.reset();
+  }
+  return now;
 }
 
 }  // namespace ddp

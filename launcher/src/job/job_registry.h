@@ -11,6 +11,7 @@
 // Threading: JobRegistration is used from the thread that runs the job; the
 // free functions read the folder and may run anywhere.
 
+#include <cstdint>
 #include <optional>
 #include <string>
 #include <vector>
@@ -20,12 +21,14 @@ namespace ddp {
 enum class JobState { kRunning, kSucceeded, kFailed, kStopped, kLost };
 const char* to_string(JobState s);
 
-struct RunningJob {
+struct JobRecord {
   std::string job_id;
   std::string endpoint;  // coordinator host:port
   std::string token;
   std::string tls_cert, tls_key, tls_ca;
   int pid = 0;           // the agent (ddplaunch) process
+  uint64_t pid_start_ticks = 0;  // when it started (process_identity.h): a recycled pid is not it
+  int stop_signal = 0;   // what `stop` sends it: SIGTERM, unless --signals-to-handle left it out
   double started_unix_s = 0;
   // What `list`, `attach` and `logs` show.
   std::string log_dir;   // LOGDIR/<job id>
@@ -47,7 +50,8 @@ inline constexpr int kKeptEndedJobs = 50;
 /// without finish() (an exception) records exit code 70 (internal error).
 class JobRegistration {
  public:
-  explicit JobRegistration(const RunningJob& job);
+  /// Fills in pid_start_ticks for job.pid.
+  explicit JobRegistration(const JobRecord& job);
   ~JobRegistration();
   JobRegistration(const JobRegistration&) = delete;
   JobRegistration& operator=(const JobRegistration&) = delete;
@@ -59,22 +63,30 @@ class JobRegistration {
   /// The agent's end: its exit code, whether a stop signal ended it, and the
   /// closing summary it printed. Ended records beyond kKeptEndedJobs go.
   void finish(int exit_code, bool stopped_by_signal, const std::string& summary);
-  const RunningJob& job() const { return job_; }
+  const JobRecord& job() const { return job_; }
+  /// Whether the record could be written (a refused registry folder, a full
+  /// disk): without it, `attach`, `stop` and `status` cannot find the job.
+  bool written() const { return written_; }
 
  private:
-  void write() const;
-  RunningJob job_;
+  void write();
+  JobRecord job_;
   std::string path_;
+  bool written_ = false;
 };
 
 /// Every registered job whose agent is alive, oldest first.
-std::vector<RunningJob> running_jobs();
+std::vector<JobRecord> running_jobs();
 
 /// Every record, running, ended and lost, oldest first.
-std::vector<RunningJob> all_jobs();
+std::vector<JobRecord> all_jobs();
 
 /// The record of the agent `pid` of job `job_id` as it is now, if any.
-std::optional<RunningJob> find_job(const std::string& job_id, int pid);
+std::optional<JobRecord> find_job(const std::string& job_id, int pid);
+
+/// The final record of `job`'s agent once it has ended; nullopt while it
+/// runs. A record that went (pruned) reads as lost.
+std::optional<JobRecord> end_of(const JobRecord& job);
 
 /// The state an agent's exit code gives (see exit_codes.h).
 JobState state_of_exit(int exit_code, bool stopped_by_signal);

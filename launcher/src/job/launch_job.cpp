@@ -38,6 +38,7 @@
 #include "process/posix_spawner.h"
 #include "agent/worker_health_board.h"
 #include "job/job_registry.h"
+#include "job/log_layout.h"
 #include "report/failure_report.h"
 #include "report/nccl_evidence.h"
 #include "report/oom_probe.h"
@@ -52,13 +53,9 @@ namespace fs = std::filesystem;
 // Where the ranks find a stop request (stop_request.h), per attempt.
 constexpr const char* kStopRequestFile = "stop_request.json";
 
-fs::path attempt_dir(const LaunchPlan& plan, int attempt) {
-  return plan.job_log_dir / fmt::format("attempt_{}", attempt);
-}
+fs::path attempt_dir(const LaunchPlan& plan, int attempt) { return attempt_log_dir(plan.job_log_dir, attempt); }
 
-fs::path rank_dir(const LaunchPlan& plan, int attempt, int rank) {
-  return attempt_dir(plan, attempt) / fmt::format("rank_{}", rank);
-}
+fs::path rank_dir(const LaunchPlan& plan, int attempt, int rank) { return rank_log_dir(plan.job_log_dir, attempt, rank); }
 
 int open_log(const fs::path& path) {
   return open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_APPEND, 0644);
@@ -533,8 +530,8 @@ class WakeupFd {
 };
 
 // This agent's entry in the job registry, as it starts.
-RunningJob job_record(const LaunchPlan& plan, const std::string& endpoint, const DetachedRun* detached) {
-  RunningJob record;
+JobRecord job_record(const LaunchPlan& plan, const std::string& endpoint, const DetachedRun* detached) {
+  JobRecord record;
   record.job_id = plan.job_id;
   record.endpoint = endpoint;
   record.token = plan.token;
@@ -542,8 +539,13 @@ RunningJob job_record(const LaunchPlan& plan, const std::string& endpoint, const
   record.tls_key = plan.tls_key;
   record.tls_ca = plan.tls_ca;
   record.pid = static_cast<int>(getpid());
+  const auto& signals = plan.stop_signals;
+  record.stop_signal = std::find(signals.begin(), signals.end(), SIGTERM) != signals.end() || signals.empty()
+                           ? SIGTERM
+                           : signals.front();
   record.started_unix_s = std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
-  record.log_dir = plan.job_log_dir.string();
+  // Absolute: attach and logs run from other folders (another SSH session).
+  record.log_dir = fs::absolute(plan.job_log_dir).string();
   record.console = detached != nullptr ? detached->console : "";
   record.local_ranks = plan.nproc;
   return record;
@@ -601,7 +603,7 @@ int run_launch(const LaunchPlan& plan, OrphanSentinel* sentinel, const DetachedR
   if (start_epoch > 0) coordinator_client.retarget(failover.endpoint(start_epoch), start_epoch);
   const std::string endpoint = coordinator_client.endpoint();
   JobRegistration registered(job_record(plan, endpoint, detached));
-  if (detached != nullptr && detached->registered) detached->registered();
+  if (detached != nullptr && detached->registered) detached->registered(registered.written());
   const WakeupFd wakeup;
   WorkerHealthBoard health(SystemClock::instance(), stack_answer_timeout(plan.heartbeat_interval));
   AgentSettings settings = agent_settings(plan, endpoint);

@@ -14,10 +14,11 @@ class OrphanSentinel;
 
 /// A job run with --detach (detach/background_start.h): the console log its
 /// agent writes to (recorded for `attach`), and what to call once the job is
-/// registered (the command the user typed may then return).
+/// registered (the command the user typed may then return), with whether its
+/// record could be written.
 struct DetachedRun {
   std::string console;
-  std::function<void()> registered;
+  std::function<void(bool recorded)> registered;
 };
 
 /// sentinel and detached may be null. Call with the handled signals already blocked.
