@@ -8,20 +8,10 @@
 #include <vector>
 
 #include "cli/job_selection.h"
+#include "output/byte_size.h"
 
 namespace ddp {
 namespace {
-
-std::string human_bytes(int64_t bytes) {
-  const char* units[] = {"B", "KiB", "MiB", "GiB"};
-  double v = static_cast<double>(bytes);
-  int u = 0;
-  while (v >= 1024 && u < 3) {
-    v /= 1024;
-    ++u;
-  }
-  return u == 0 ? fmt::format("{} B", bytes) : fmt::format("{:.1f} {}", v, units[u]);
-}
 
 std::string rank_state(const nlohmann::json& r, double hang_timeout_s) {
   if (!r.value("monitored", false)) return r.value("exited", false) ? "exited" : "no heartbeats";
@@ -36,7 +26,7 @@ std::string open_collective(const nlohmann::json& r) {
   if (!r.contains("open_collectives") || r["open_collectives"].empty()) return "-";
   const auto& c = r["open_collectives"].front();
   return fmt::format("{} #{} ({} {}, {:.1f} s)", c.value("op", "?"), c.value("sequence", 0),
-                     human_bytes(c.value("bytes", int64_t{0})), c.value("dtype", ""), c.value("age_s", 0.0));
+                     format_bytes(c.value("bytes", int64_t{0})), c.value("dtype", ""), c.value("age_s", 0.0));
 }
 
 // Elastic jobs: the nodes of this generation, changes so far, who left and who waits.

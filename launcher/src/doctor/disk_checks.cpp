@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include "doctor/preflight.h"
+#include "output/byte_size.h"
 
 namespace ddp {
 namespace {
@@ -34,16 +35,7 @@ CheckResult disk_check(const std::string& name, const std::string& flag, const s
 
 }  // namespace
 
-std::string human_size(uint64_t bytes) {
-  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB"};
-  double v = static_cast<double>(bytes);
-  int u = 0;
-  while (v >= 1024 && u < 5) {
-    v /= 1024;
-    ++u;
-  }
-  return u == 0 ? fmt::format("{} B", bytes) : fmt::format("{:.1f} {}", v, units[u]);
-}
+std::string human_size(uint64_t bytes) { return format_bytes(static_cast<int64_t>(bytes)); }
 
 std::vector<CheckResult> disk_checks(const PreflightInputs& in, const SystemProbe& p) {
   std::vector<CheckResult> out;

@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 
 #include "health/rank_list.h"
+#include "output/byte_size.h"
 
 namespace ddp {
 
@@ -22,18 +23,6 @@ double seconds(Duration d) { return std::chrono::duration<double>(d).count(); }
 std::string format_seconds(Duration d) {
   const double s = seconds(d);
   return s >= 100 ? fmt::format("{:.0f} s", s) : fmt::format("{:.1f} s", s);
-}
-
-std::string format_bytes(int64_t bytes) {
-  if (bytes < 1024) return fmt::format("{} B", bytes);
-  static const char* const kUnits[] = {"KiB", "MiB", "GiB", "TiB"};
-  double v = static_cast<double>(bytes) / 1024.0;
-  size_t u = 0;
-  while (v >= 1024.0 && u + 1 < std::size(kUnits)) {
-    v /= 1024.0;
-    ++u;
-  }
-  return fmt::format("{:.1f} {}", v, kUnits[u]);
 }
 
 std::string format_bytes_exact(int64_t bytes) {
