@@ -579,6 +579,24 @@ class ListAndLogsTest(DetachedJobCase):
                 self.assertEqual((res.rc, worker_lines(res.out)), (0, [want]), res.describe())
 
 
+    def test_logs_follow_moves_to_the_next_attempt(self):
+        jid = self.detach(["--nproc-per-node=1", "--max-restarts=1", worker("attempts.py"), self.outdir])
+        self.assertTrue(wait_for_file(self.outdir / "ready_0_0", 15), "attempt 0 did not start")
+        follow = self.start(None, raw_cmd=[str(BIN), "logs", jid, "--rank", "0", "-f"])
+        self.wait_for_text(follow.out_path, "rank 0 attempt 0")
+        self.tell("go_0")  # attempt 0 fails (3): the job restarts
+        self.assertTrue(wait_for_file(self.outdir / "ready_0_1", 15), "attempt 1 did not start")
+        self.wait_for_text(follow.out_path, "rank 0 attempt 1")
+        self.tell("go_1")
+        res = self.finish(follow, timeout=30)
+        self.assertEqual(res.rc, 0, res.describe())
+        self.assertEqual(worker_lines(res.out), ["rank 0 attempt 0", "rank 0 attempt 0 done", "rank 0 attempt 1",
+                                                 "rank 0 attempt 1 done"], res.describe())
+        self.assertIn(f"==> {jid}: attempt 1 <==", res.out)
+        self.assert_end_line(res, jid, 0)
+        self.assert_no_leftovers()
+
+
 class JobSelectionTest(DetachedJobCase):
     """Which job a subcommand without JOB means; unknown ids."""
 

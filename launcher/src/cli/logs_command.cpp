@@ -39,26 +39,30 @@ std::vector<int> numbered_folders(const fs::path& dir, const std::string& prefix
   return found;
 }
 
-// The log files `logs` shows, in order; empty (after one error line) when none.
-std::vector<std::string> files_to_show(const JobRecord& job, std::optional<int> rank, std::optional<int> attempt) {
+// The log files `logs` shows, in order; empty (after one error line, unless
+// quiet) when none. *shown_attempt: the attempt they belong to (-1: the console).
+std::vector<std::string> files_to_show(const JobRecord& job, std::optional<int> rank, std::optional<int> attempt,
+                                       bool quiet, int* shown_attempt) {
+  *shown_attempt = -1;
   if (!rank && !job.console.empty()) return {job.console};
   const fs::path job_dir(job.log_dir);
   const std::vector<int> attempts = numbered_folders(job_dir, kAttemptFolderPrefix);
   if (attempts.empty()) {
-    std::fprintf(stderr, "ddplaunch logs: error: job %s has no attempt folder in %s yet\n", job.job_id.c_str(),
+    if (!quiet) std::fprintf(stderr, "ddplaunch logs: error: job %s has no attempt folder in %s yet\n", job.job_id.c_str(),
                  job.log_dir.c_str());
     return {};
   }
   const int k = attempt.value_or(attempts.back());
   if (std::find(attempts.begin(), attempts.end(), k) == attempts.end()) {
-    std::fprintf(stderr, "ddplaunch logs: error: job %s has no attempt %d (it has attempts %d..%d)\n",
+    if (!quiet) std::fprintf(stderr, "ddplaunch logs: error: job %s has no attempt %d (it has attempts %d..%d)\n",
                  job.job_id.c_str(), k, attempts.front(), attempts.back());
     return {};
   }
   const fs::path attempt_dir = attempt_log_dir(job_dir, k);
   const std::vector<int> ranks = numbered_folders(attempt_dir, kRankFolderPrefix);
+  *shown_attempt = k;
   if (rank && std::find(ranks.begin(), ranks.end(), *rank) == ranks.end()) {
-    std::fprintf(stderr, "ddplaunch logs: error: attempt %d of job %s has no rank %d here%s\n", k, job.job_id.c_str(),
+    if (!quiet) std::fprintf(stderr, "ddplaunch logs: error: attempt %d of job %s has no rank %d here%s\n", k, job.job_id.c_str(),
                  *rank, ranks.empty() ? "" : fmt::format(" (ranks {}..{} ran on this node)", ranks.front(), ranks.back()).c_str());
     return {};
   }
@@ -90,19 +94,35 @@ int run_logs_command(int argc, const char* const* argv) {
   const SelectedJob selected = select_job_record("logs", job_id, false);
   if (!selected.job) return selected.exit_code;
   const JobRecord& job = *selected.job;
-  const std::vector<std::string> files = files_to_show(job, rank, attempt);
+  int shown_attempt = -1;
+  const std::vector<std::string> files = files_to_show(job, rank, attempt, false, &shown_attempt);
   if (files.empty()) return 1;
 
   std::vector<std::unique_ptr<FileFollower>> followers;
-  for (const std::string& path : files) {
-    // A header per file where several are shown, as tail does.
-    if (files.size() > 1) std::printf("==> %s <==\n", path.c_str());
-    followers.push_back(std::make_unique<FileFollower>(path, 0));
-    followers.back()->copy_new(stdout);
-  }
-  std::fflush(stdout);
+  const auto show = [&followers](const std::vector<std::string>& paths) {
+    for (const std::string& path : paths) {
+      // A header per file where several are shown, as tail does.
+      if (paths.size() > 1) std::printf("==> %s <==\n", path.c_str());
+      followers.push_back(std::make_unique<FileFollower>(path, 0));
+      followers.back()->copy_new(stdout);
+    }
+    std::fflush(stdout);
+  };
+  show(files);
   if (follow && job.running()) {
-    const FollowOutcome outcome = follow_until_job_ends(followers, job);
+    // Without --attempt, a restart's new attempt is followed once its files appear.
+    const auto next_attempt = [&] {
+      if (attempt || shown_attempt < 0) return;
+      int newest = -1;
+      std::vector<std::string> next = files_to_show(job, rank, std::nullopt, true, &newest);
+      if (newest <= shown_attempt || next.empty()) return;
+      for (auto& f : followers) f->copy_new(stdout);  // the old attempt's last words
+      std::printf("==> %s: attempt %d <==\n", job.job_id.c_str(), newest);
+      followers.clear();
+      shown_attempt = newest;
+      show(next);
+    };
+    const FollowOutcome outcome = follow_until_job_ends(followers, job, next_attempt);
     if (outcome.ended) report_job_end(*outcome.ended, false);
   }
   return 0;

@@ -21,7 +21,8 @@ void copy_new(std::vector<std::unique_ptr<FileFollower>>& files) {
 
 }  // namespace
 
-FollowOutcome follow_until_job_ends(std::vector<std::unique_ptr<FileFollower>>& files, const JobRecord& job) {
+FollowOutcome follow_until_job_ends(std::vector<std::unique_ptr<FileFollower>>& files, const JobRecord& job,
+                                    const std::function<void()>& each_round) {
   sigset_t stop;
   sigemptyset(&stop);
   for (int s : {SIGINT, SIGTERM, SIGHUP}) sigaddset(&stop, s);
@@ -31,6 +32,7 @@ FollowOutcome follow_until_job_ends(std::vector<std::unique_ptr<FileFollower>>& 
   FollowOutcome out;
   for (;;) {
     copy_new(files);
+    if (each_round) each_round();
     if (std::optional<JobRecord> end = end_of(job)) {
       copy_new(files);  // the agent wrote its last lines before its record
       out.ended = std::move(end);

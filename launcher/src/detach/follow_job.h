@@ -6,6 +6,7 @@
 // Threading: runs on the calling thread; blocks SIGINT, SIGTERM and SIGHUP
 // in it to read them from a signalfd.
 
+#include <functional>
 #include <memory>
 #include <optional>
 #include <vector>
@@ -22,7 +23,10 @@ struct FollowOutcome {
 
 /// Follows until the agent of `job` ends (its record is no longer running,
 /// or is gone), copying the files' new bytes to stdout as they come; what
-/// the files hold at the end is copied before returning.
-FollowOutcome follow_until_job_ends(std::vector<std::unique_ptr<FileFollower>>& files, const JobRecord& job);
+/// the files hold at the end is copied before returning. `each_round`, if
+/// given, runs after every copy and may change `files` (`logs -f` moves to
+/// the files of a new attempt).
+FollowOutcome follow_until_job_ends(std::vector<std::unique_ptr<FileFollower>>& files, const JobRecord& job,
+                                    const std::function<void()>& each_round = {});
 
 }  // namespace ddp
