@@ -10,6 +10,7 @@
 #include <map>
 
 #include "sync/aws_credentials.h"
+#include "temp_dir.h"
 
 namespace ddp {
 namespace {
@@ -19,13 +20,9 @@ namespace fs = std::filesystem;
 class AwsCredentialsTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    std::string tmpl = (fs::temp_directory_path() / "ddp_aws_XXXXXX").string();
-    ASSERT_NE(::mkdtemp(tmpl.data()), nullptr);
-    home_ = tmpl;
     fs::create_directories(home_ / ".aws");
     vars_["HOME"] = home_.string();
   }
-  void TearDown() override { fs::remove_all(home_); }
   void file(const std::string& name, const std::string& text) { std::ofstream(home_ / ".aws" / name) << text; }
   std::optional<AwsCredentials> resolve() {
     why_.clear();
@@ -36,7 +33,8 @@ class AwsCredentialsTest : public ::testing::Test {
         },
         why_);
   }
-  fs::path home_;
+  testing::TempDir dir_{"ddp_aws_"};
+  const fs::path& home_ = dir_.path();
   std::map<std::string, std::string> vars_;
   std::string why_;
 };

@@ -18,6 +18,7 @@
 #include "sync/directory_watch.h"
 #include "sync/sync_target.h"
 #include "sync/upload_queue.h"
+#include "temp_dir.h"
 
 namespace ddp {
 namespace {
@@ -167,12 +168,6 @@ namespace fs = std::filesystem;
 // read_events() right after a write sees it (no waiting).
 class DirectoryWatchTest : public ::testing::Test {
  protected:
-  void SetUp() override {
-    std::string tmpl = (fs::temp_directory_path() / "ddp_watch_XXXXXX").string();
-    ASSERT_NE(::mkdtemp(tmpl.data()), nullptr);
-    root_ = tmpl;
-  }
-  void TearDown() override { fs::remove_all(root_); }
   void write(const std::string& rel, const std::string& text = "x") { std::ofstream(root_ / rel) << text; }
   static std::vector<std::string> finished(const std::vector<DirectoryWatch::Event>& events) {
     std::vector<std::string> out;
@@ -181,7 +176,8 @@ class DirectoryWatchTest : public ::testing::Test {
     }
     return out;
   }
-  fs::path root_;
+  testing::TempDir dir_{"ddp_watch_"};
+  const fs::path& root_ = dir_.path();
 };
 
 TEST_F(DirectoryWatchTest, AClosedFileIsFinished) {

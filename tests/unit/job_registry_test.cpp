@@ -16,6 +16,7 @@
 
 #include "cli/job_selection.h"
 #include "dead_pid.h"
+#include "temp_dir.h"
 #include "exit_codes.h"
 #include "job/job_registry.h"
 
@@ -30,9 +31,6 @@ using ddp::testing::dead_pid;
 class JobRegistryTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    std::string tmpl = (fs::temp_directory_path() / "ddp_registry_XXXXXX").string();
-    ASSERT_NE(::mkdtemp(tmpl.data()), nullptr);
-    root_ = tmpl;
     const char* old = std::getenv("XDG_RUNTIME_DIR");
     if (old != nullptr) saved_ = old;
     had_ = old != nullptr;
@@ -44,8 +42,6 @@ class JobRegistryTest : public ::testing::Test {
     } else {
       ::unsetenv("XDG_RUNTIME_DIR");
     }
-    std::error_code ec;
-    fs::remove_all(root_, ec);
   }
 
   static JobRecord job(const std::string& id, int pid, double started) {
@@ -62,7 +58,8 @@ class JobRegistryTest : public ::testing::Test {
 
   fs::path jobs_dir() const { return root_ / "ddplaunch" / "jobs"; }
 
-  fs::path root_;
+  testing::TempDir dir_{"ddp_registry_"};
+  const fs::path& root_ = dir_.path();
   std::string saved_;
   bool had_ = false;
 };

@@ -4,7 +4,6 @@
 
 #include <poll.h>
 #include <signal.h>
-#include <sys/signalfd.h>
 
 #include <cerrno>
 #include <cstdio>
@@ -14,21 +13,13 @@
 #include "cli/job_selection.h"
 #include "exit_codes.h"
 #include "process/exit_status.h"
+#include "process/interrupt_signals.h"
 
 namespace ddp {
 namespace {
 
 // How often the job's records are read while it stops.
 constexpr int kRecordPollMs = 100;
-
-// A signalfd for the signals that interrupt `stop` (Ctrl-C), blocked here.
-int interrupt_signals() {
-  sigset_t set;
-  sigemptyset(&set);
-  for (int s : {SIGINT, SIGTERM, SIGHUP}) sigaddset(&set, s);
-  sigprocmask(SIG_BLOCK, &set, nullptr);
-  return signalfd(-1, &set, SFD_CLOEXEC);
-}
 
 }  // namespace
 
@@ -59,7 +50,7 @@ int run_stop_command(int argc, const char* const* argv) {
                  signal_name(signo).c_str(), agent.pid);
   }
   // The job decides how long it takes (--stop-timeout, --shutdown-grace): wait for its end.
-  const int interrupts = interrupt_signals();
+  const int interrupts = interrupt_signal_fd();
   int code = 0;
   for (const JobRecord& agent : agents) {
     std::optional<JobRecord> end;

@@ -1,11 +1,11 @@
 #include "detach/follow_job.h"
 
 #include <poll.h>
-#include <signal.h>
-#include <sys/signalfd.h>
 #include <unistd.h>
 
 #include <cstdio>
+
+#include "process/interrupt_signals.h"
 
 
 namespace ddp {
@@ -23,11 +23,7 @@ void copy_new(std::vector<std::unique_ptr<FileFollower>>& files) {
 
 FollowOutcome follow_until_job_ends(std::vector<std::unique_ptr<FileFollower>>& files, const JobRecord& job,
                                     const std::function<void()>& each_round) {
-  sigset_t stop;
-  sigemptyset(&stop);
-  for (int s : {SIGINT, SIGTERM, SIGHUP}) sigaddset(&stop, s);
-  sigprocmask(SIG_BLOCK, &stop, nullptr);
-  const int signals = signalfd(-1, &stop, SFD_CLOEXEC);
+  const int signals = interrupt_signal_fd();
 
   FollowOutcome out;
   for (;;) {

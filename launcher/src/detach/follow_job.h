@@ -4,7 +4,7 @@
 // SIGHUP), which leaves the job running.
 //
 // Threading: runs on the calling thread; blocks SIGINT, SIGTERM and SIGHUP
-// in it to read them from a signalfd.
+// in it to read them (process/interrupt_signals.h).
 
 #include <functional>
 #include <memory>

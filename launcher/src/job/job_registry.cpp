@@ -179,6 +179,7 @@ JobState state_of_exit(int exit_code, bool stopped_by_signal) {
 
 JobRegistration::JobRegistration(const JobRecord& job) : job_(job) {
   job_.pid_start_ticks = process_start_ticks(job.pid).value_or(0);
+  if (job_.started_unix_s == 0) job_.started_unix_s = now_unix_s();
   const fs::path dir = jobs_dir();
   if (!dir.empty()) path_ = (dir / (job.job_id + "." + std::to_string(job.pid) + ".json")).string();
   write();

@@ -50,7 +50,7 @@ inline constexpr int kKeptEndedJobs = 50;
 /// without finish() (an exception) records exit code 70 (internal error).
 class JobRegistration {
  public:
-  /// Fills in pid_start_ticks for job.pid.
+  /// Fills in pid_start_ticks for job.pid, and started_unix_s (now) when 0.
   explicit JobRegistration(const JobRecord& job);
   ~JobRegistration();
   JobRegistration(const JobRegistration&) = delete;

@@ -543,7 +543,6 @@ JobRecord job_record(const LaunchPlan& plan, const std::string& endpoint, const 
   record.stop_signal = std::find(signals.begin(), signals.end(), SIGTERM) != signals.end() || signals.empty()
                            ? SIGTERM
                            : signals.front();
-  record.started_unix_s = std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
   // Absolute: attach and logs run from other folders (another SSH session).
   record.log_dir = fs::absolute(plan.job_log_dir).string();
   record.console = detached != nullptr ? detached->console : "";
