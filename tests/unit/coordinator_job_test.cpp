@@ -1272,6 +1272,57 @@ TEST_F(MembershipTest, APreemptedNodeStopsEveryRankOfTheJobAtOneStepAndTheJobEnd
   EXPECT_EQ(job().current_view().exit_code, exit_code::kRequeue);  // not a restart, whatever the budget
 }
 
+TEST_F(MembershipTest, AStopAskedBeforeAnyRankReportsStepsIsChosenWithTheFirstReportOfSteps) {
+  // SIGTERM right after the first steps, before a report of them arrived
+  // (the race a CI run met): the step is chosen once a report has one, and
+  // every node, the one that asked included, hears it with its heartbeats.
+  make(2, 1, /*max_restarts=*/3, 15s);
+  form_world();
+  JobStop stop;
+  ASSERT_TRUE(job().request_stop(1, 0, "SIGTERM to ddplaunch on node 1", 60s, stop).ok());
+  EXPECT_TRUE(stop.pending);
+  EXPECT_FALSE(stop.stop_at_step.has_value());
+  EXPECT_EQ(nlohmann::json::parse(job().status_json())["stop_requested"]["step_not_chosen_yet"], true);
+  std::optional<JobStop> heard;
+  int64_t current = 0;
+  ASSERT_TRUE(job().heartbeat(0, 0, current, {}, nullptr, {}, &heard).ok());
+  EXPECT_FALSE(heard.has_value());
+  JobStop again;  // asking again neither chooses nor restarts the wait
+  ASSERT_TRUE(job().request_stop(0, 0, "SIGTERM to ddplaunch on node 0", 5s, again).ok());
+  EXPECT_TRUE(again.pending);
+  EXPECT_EQ(again.reason, "SIGTERM to ddplaunch on node 1");
+  RankReport r;
+  r.rank = 1;
+  r.step = 7;
+  r.step_seconds = 0.1;
+  ASSERT_TRUE(job().heartbeat(1, 0, current, {{r, 0s}}, nullptr, {}, &heard).ok());
+  ASSERT_TRUE(heard.has_value());
+  EXPECT_FALSE(heard->pending);
+  EXPECT_EQ(heard->stop_at_step, 8 + 40 + 1);
+  ASSERT_TRUE(job().heartbeat(0, 0, current, {}, nullptr, {}, &heard).ok());
+  EXPECT_EQ(heard->stop_at_step, 8 + 40 + 1);
+}
+
+TEST_F(MembershipTest, AStopOfRanksThatReportNoStepsIsAtTheNextBoundaryAfterFourHeartbeatIntervals) {
+  make(2, 1, /*max_restarts=*/3, 15s);
+  form_world();
+  JobStop stop;
+  ASSERT_TRUE(job().request_stop(1, 0, "SIGTERM to ddplaunch on node 1", 60s, stop).ok());
+  ASSERT_TRUE(stop.pending);
+  std::optional<JobStop> heard;
+  int64_t current = 0;
+  clock().advance(3900ms);
+  job().tick();
+  ASSERT_TRUE(job().heartbeat(0, 0, current, {}, nullptr, {}, &heard).ok());
+  EXPECT_FALSE(heard.has_value());
+  clock().advance(100ms);
+  job().tick();
+  ASSERT_TRUE(job().heartbeat(0, 0, current, {}, nullptr, {}, &heard).ok());
+  ASSERT_TRUE(heard.has_value());
+  EXPECT_FALSE(heard->pending);
+  EXPECT_FALSE(heard->stop_at_step.has_value());
+}
+
 TEST_F(MembershipTest, ALostNodeOfAFixedSizeJobStillEndsIt) {
   make(2, 1, 0, 5s);
   form_world();

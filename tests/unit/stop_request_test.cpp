@@ -42,6 +42,28 @@ TEST(ChooseStopStep, NoneWhenNoRankReportsSteps) {
   EXPECT_EQ(choose_stop_step({report(0, -1, 0), report(1, -1, 0)}, 2s), std::nullopt);
 }
 
+TEST(DecideJobStop, WaitsForAReportOfStepsUntilTheDeadline) {
+  PendingJobStop pending;
+  pending.stop.reason = "SIGTERM to ddplaunch on node 1";
+  pending.stop.stop_timeout = 60s;
+  pending.stop.pending = true;
+  pending.deadline = SteadyTime(10s);
+  // No rank reports steps yet: "each at its next boundary" would stop the
+  // ranks of a lock-step job after different steps, so no choice before the deadline.
+  EXPECT_EQ(decide_job_stop(pending, {report(0, -1, 0)}, 2s, SteadyTime(9s)), std::nullopt);
+  const std::optional<JobStop> chosen = decide_job_stop(pending, {report(0, 9, 0.5)}, 2s, SteadyTime(9s));
+  ASSERT_TRUE(chosen.has_value());
+  EXPECT_EQ(chosen->stop_at_step, 10 + 4 + 1);
+  EXPECT_FALSE(chosen->pending);
+  EXPECT_EQ(chosen->reason, "SIGTERM to ddplaunch on node 1");
+  EXPECT_EQ(chosen->stop_timeout, 60s);
+  // A program that reports no steps is told "at the next boundary" at the deadline.
+  const std::optional<JobStop> late = decide_job_stop(pending, {report(0, -1, 0)}, 2s, SteadyTime(10s));
+  ASSERT_TRUE(late.has_value());
+  EXPECT_EQ(late->stop_at_step, std::nullopt);
+  EXPECT_FALSE(late->pending);
+}
+
 TEST(StopRequestFile, IsWrittenWholeAsJson) {
   const std::filesystem::path path =
       std::filesystem::temp_directory_path() / ("ddp-stop-request-" + std::to_string(getpid()) + ".json");

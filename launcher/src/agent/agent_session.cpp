@@ -229,6 +229,7 @@ std::optional<JobStop> AgentSession::request_job_stop(const std::string& reason,
                  s.message());
     return std::nullopt;
   }
+  if (stop.pending) return stop;  // the choice comes with a heartbeat (note_job_stop)
   std::lock_guard<std::mutex> lock(reason_mutex_);
   if (!job_stop_) job_stop_ = stop;
   return stop;

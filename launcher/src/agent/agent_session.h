@@ -84,7 +84,9 @@ class AgentSession final : public AttemptArbiter {
 
   /// Preemption of this node: asks the coordinator to stop every rank of the
   /// job at one step (event-loop thread; bounded). nullopt when it could not
-  /// be asked.
+  /// be asked. A `pending` answer: the coordinator chooses the step once the
+  /// ranks report steps, and job_stop() holds it from the heartbeat that
+  /// brings it (the event loop is then woken).
   std::optional<JobStop> request_job_stop(const std::string& reason, Duration stop_timeout);
   /// The job-wide stop, once the coordinator has said there is one (through
   /// request_job_stop, or the heartbeats: another node was preempted; the

@@ -213,6 +213,7 @@ void CoordinatorJob::on_world_formed() {
   root_cause_.reset();
   membership_stop_.clear();
   job_stop_.reset();
+  pending_stop_.reset();
   health_.reset(rendezvous_.nnodes() * rendezvous_.nproc());
   pending_hang_.reset();
   hang_stacks_.reset();
@@ -231,7 +232,6 @@ Status CoordinatorJob::heartbeat(int node_rank, int64_t generation, int64_t& cur
   std::lock_guard<std::mutex> lock(mutex_);
   current = generation_;
   if (generation != generation_ || !world_formed_ || node_rank >= world_nnodes_) return Status::Ok();
-  if (stop) *stop = job_stop_;
   const auto n = static_cast<size_t>(node_rank);
   heartbeat_gap_[n] = std::max(heartbeat_gap_[n], clock_.now() - last_heartbeat_[n]);
   last_heartbeat_[n] = clock_.now();
@@ -240,6 +240,8 @@ Status CoordinatorJob::heartbeat(int node_rank, int64_t generation, int64_t& cur
     health_.on_report(w.report, w.held);
     if (w.report.exiting) health_.on_rank_exited(w.report.rank);
   }
+  decide_pending_stop(clock_.now());
+  if (stop) *stop = job_stop_;
   // Requests for stacks reach the node's workers through its agent; the
   // answers come back the same way. Every rank of the node is asked.
   std::vector<StackCollection*> collections;
@@ -263,22 +265,44 @@ Status CoordinatorJob::request_stop(int node_rank, int64_t generation, const std
   if (generation != generation_ || !world_formed_ || state_ != GenerationState::kRunning) {
     return {StatusCode::kFailedPrecondition, fmt::format("generation {} is not running", generation)};
   }
-  if (!job_stop_) {
-    // Reports are up to a heartbeat interval old when they arrive, and the
-    // other agents hear of the stop with their next heartbeat: four
-    // intervals of steps past the furthest rank is beyond any rank's reach.
-    JobStop chosen;
-    chosen.stop_at_step = choose_stop_step(health_.latest_reports(), 4 * config_.heartbeat_interval);
-    chosen.reason = reason;
-    chosen.stop_timeout = stop_timeout;
-    spdlog::warn("job {}: node {} asks every rank to stop {} ({})", job_id_, node_rank,
-                 chosen.stop_at_step ? fmt::format("once it has completed step {}", *chosen.stop_at_step)
-                                     : std::string("at its next step boundary"),
-                 reason);
-    job_stop_ = std::move(chosen);
+  if (!job_stop_ && !pending_stop_) {
+    PendingJobStop asked;
+    asked.stop.reason = reason;
+    asked.stop.stop_timeout = stop_timeout;
+    // Steps show up with the ranks' next reports, within a heartbeat
+    // interval or two of a first step; a program that reports none is told
+    // "at the next step boundary" after four.
+    asked.deadline = clock_.now() + 4 * config_.heartbeat_interval;
+    pending_stop_ = std::move(asked);
+    decide_pending_stop(clock_.now());
+    if (pending_stop_) {
+      spdlog::info("job {}: node {} asks every rank to stop ({}); waiting for the ranks' step counts to choose the step",
+                   job_id_, node_rank, reason);
+    }
   }
-  stop = *job_stop_;
+  if (job_stop_) {
+    stop = *job_stop_;
+  } else {
+    stop = pending_stop_->stop;
+    stop.pending = true;
+  }
   return Status::Ok();
+}
+
+void CoordinatorJob::decide_pending_stop(SteadyTime now) {
+  if (!pending_stop_) return;
+  // Reports are up to a heartbeat interval old when they arrive, and the
+  // agents hear of the stop with their next heartbeat: four intervals of
+  // steps past the furthest rank is beyond any rank's reach.
+  std::optional<JobStop> decided =
+      decide_job_stop(*pending_stop_, health_.latest_reports(), 4 * config_.heartbeat_interval, now);
+  if (!decided) return;
+  spdlog::warn("job {}: every rank stops {} ({})", job_id_,
+               decided->stop_at_step ? fmt::format("once it has completed step {}", *decided->stop_at_step)
+                                     : std::string("at its next step boundary (no rank reports steps)"),
+               decided->reason);
+  job_stop_ = std::move(decided);
+  pending_stop_.reset();
 }
 
 void CoordinatorJob::collect_stacks(Duration timeout, StacksCallback done) {
@@ -306,6 +330,7 @@ void CoordinatorJob::finish_stack_requests(SteadyTime now, Fired& fired) {
 
 void CoordinatorJob::check_health(SteadyTime now, Fired& fired) {
   if (!world_formed_ || state_ != GenerationState::kRunning) return;
+  decide_pending_stop(now);
   for (const StragglerWarning& w : health_.take_straggler_warnings()) spdlog::warn("straggler: {}", w.summary);
   if (!pending_hang_) {
     std::optional<HangVerdict> verdict = health_.check();
@@ -364,6 +389,8 @@ std::string CoordinatorJob::status_json() const {
   if (job_stop_) {
     j["stop_requested"] = {{"reason", job_stop_->reason}};
     if (job_stop_->stop_at_step) j["stop_requested"]["stop_at_step"] = *job_stop_->stop_at_step;
+  } else if (pending_stop_) {
+    j["stop_requested"] = {{"reason", pending_stop_->stop.reason}, {"step_not_chosen_yet", true}};
   }
   return j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
 }
@@ -390,7 +417,7 @@ void CoordinatorJob::record_outcome(const NodeOutcome& outcome, Fired& fired) {
   // A node whose ranks stopped at the agreed step (preemption) is no failure:
   // the others must reach that step too, and write their checkpoints, before
   // the job ends with it (generation_end.h).
-  const bool drained = outcome.exit_code == exit_code::kRequeue && job_stop_.has_value();
+  const bool drained = outcome.exit_code == exit_code::kRequeue && (job_stop_ || pending_stop_);
   const bool failed = !outcome.success && !outcome.stopped && !drained;
   if (failed && !root_cause_) {
     root_cause_ = outcome;

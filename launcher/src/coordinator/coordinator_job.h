@@ -186,6 +186,9 @@ class CoordinatorJob {
   void declare_silent_nodes(SteadyTime now, Fired& fired);
   /// Answers the stack collections asked for by `ddplaunch stacks` that are done.
   void finish_stack_requests(SteadyTime now, Fired& fired);
+  /// Chooses the step of a pending stop once a rank reports steps, or at its
+  /// deadline. Under mutex_.
+  void decide_pending_stop(SteadyTime now);
   /// Every 5 s while joins wait: who joined, who is missing (to the log).
   void report_waiting_joins(SteadyTime now);
   /// Ends the job at once with exit code and reason (nothing more forms).
@@ -223,6 +226,7 @@ class CoordinatorJob {
   std::optional<NodeOutcome> root_cause_;
   std::string membership_stop_;  // why a healthy generation stops (a newcomer), else empty
   std::optional<JobStop> job_stop_;  // preemption: where every rank stops (this generation)
+  std::optional<PendingJobStop> pending_stop_;  // asked for, not chosen yet: no rank reported steps
   // Membership across generations.
   std::map<std::string, int> failure_streaks_;       // by member key
   std::map<std::string, std::string> excluded_;      // member key -> why

@@ -252,6 +252,14 @@ class JobListener final : public SupervisorListener {
                                                            node_rank_, host_),
                                                plan_.stop_timeout)
                    : session_.job_stop();
+    if (job && job->pending) {
+      stop_timeout_ = job->stop_timeout;
+      awaiting_job_stop_ = attempt;
+      spdlog::warn("{}: the coordinator chooses the step at which every rank stops once the ranks report their "
+                   "steps (they have {:.0f} s, then they are signalled)",
+                   job->reason, std::chrono::duration<double>(stop_timeout_).count());
+      return;  // hand_over_job_stop writes the request when the choice arrives
+    }
     StopRequest request;
     if (job) {
       request.stop_at_step = job->stop_at_step;
@@ -278,6 +286,14 @@ class JobListener final : public SupervisorListener {
                  request.stop_at_step ? fmt::format("once they have completed step {}", *request.stop_at_step)
                                       : std::string("at their next step boundary"),
                  std::chrono::duration<double>(stop_timeout_).count(), path.string());
+  }
+
+  /// The coordinator's choice of a stop arrived (event-loop thread): hands it
+  /// to this node's ranks if on_stop_requested left it pending.
+  void hand_over_job_stop(int attempt) {
+    if (awaiting_job_stop_ != attempt) return;
+    awaiting_job_stop_.reset();
+    on_stop_requested(attempt, 0);
   }
 
   void on_stop_timed_out(int /*attempt*/) override {
@@ -389,6 +405,7 @@ class JobListener final : public SupervisorListener {
   WorkerHealthBoard& health_;  // who to describe when a rank cannot send its stacks
   AgentSession& session_;      // the job-wide stop at a step boundary
   Duration stop_timeout_{};    // of the stop now under way
+  std::optional<int> awaiting_job_stop_;  // the attempt whose stop step the coordinator has yet to choose
   OomProbe oom_;
   std::optional<uint64_t> oom_kills_at_start_;
   nlohmann::json failures_ = nlohmann::json::array();
@@ -663,6 +680,7 @@ int run_launch(const LaunchPlan& plan, OrphanSentinel* sentinel, const DetachedR
       s.stop_attempt();
     } else if (const std::optional<JobStop> stop = session.job_stop()) {
       s.drain(stop->stop_timeout);  // another node was preempted (no-op when already stopping)
+      listener.hand_over_job_stop(s.attempt());  // this node was, and waited for the step
     }
   });
 

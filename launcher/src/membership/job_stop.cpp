@@ -20,4 +20,13 @@ std::optional<int64_t> choose_stop_step(const std::vector<RankReport>& reports, 
   return *most + static_cast<int64_t>(std::min(ahead, 1e9)) + 1;
 }
 
+std::optional<JobStop> decide_job_stop(const PendingJobStop& pending, const std::vector<RankReport>& reports,
+                                       Duration lag, SteadyTime now) {
+  JobStop decided = pending.stop;
+  decided.pending = false;
+  decided.stop_at_step = choose_stop_step(reports, lag);
+  if (!decided.stop_at_step && now < pending.deadline) return std::nullopt;
+  return decided;
+}
+
 }  // namespace ddp

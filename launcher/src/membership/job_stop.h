@@ -20,6 +20,20 @@ struct JobStop {
   std::optional<int64_t> stop_at_step;  // nullopt: each rank at its next step boundary
   std::string reason;                   // e.g. "SIGTERM to ddplaunch on node 1 (h1)"
   Duration stop_timeout{};              // then the ranks still running are signalled
+  // The coordinator has not chosen yet (no rank reported a step count so
+  // far); the choice reaches every agent with its heartbeats. Only the
+  // answer to the agent that asked for the stop carries it.
+  bool pending = false;
+};
+
+/// A stop asked for before any rank reported a step count. Choosing "each
+/// rank at its next step boundary" then would stop the ranks of a lock-step
+/// job after different steps (those still going wait in a collective the
+/// others never join), so the choice waits for the first report of steps, or
+/// until `deadline` for programs that report none.
+struct PendingJobStop {
+  JobStop stop;
+  SteadyTime deadline{};
 };
 
 /// The step count at which every rank should stop: the most any rank has
@@ -27,5 +41,10 @@ struct JobStop {
 /// fastest step time reported (reports are late, and the request takes time to
 /// reach every rank), plus one. nullopt when no rank reports steps.
 std::optional<int64_t> choose_stop_step(const std::vector<RankReport>& reports, Duration lag);
+
+/// The stop decided once a rank reports steps (choose_stop_step), or at the
+/// next step boundary once `now` reached the deadline; nullopt: keep waiting.
+std::optional<JobStop> decide_job_stop(const PendingJobStop& pending, const std::vector<RankReport>& reports,
+                                       Duration lag, SteadyTime now);
 
 }  // namespace ddp
