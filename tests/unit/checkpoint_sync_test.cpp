@@ -18,6 +18,7 @@
 #include "sync/directory_watch.h"
 #include "sync/sync_target.h"
 #include "sync/upload_queue.h"
+#include "memory_object_store.h"
 #include "temp_dir.h"
 
 namespace ddp {
@@ -242,23 +243,6 @@ TEST_F(DirectoryWatchTest, ExistingFilesAreListed) {
 
 // The uploader works in the same kind of real folder.
 using CheckpointUploaderTest = DirectoryWatchTest;
-
-// A bucket in memory that can be made to fail, as a bucket that is down.
-class MemoryStore : public ObjectStore {
- public:
-  Status put_file(const std::string& key, const std::string& local_path, int64_t* bytes) override {
-    ++attempts;
-    if (down) return Status(StatusCode::kUnavailable, "bucket down");
-    std::ifstream in(local_path, std::ios::binary);
-    if (!in) return Status(StatusCode::kNotFound, local_path + ": no such file");
-    objects[key] = std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-    *bytes = static_cast<int64_t>(objects[key].size());
-    return Status::Ok();
-  }
-  std::map<std::string, std::string> objects;
-  int attempts = 0;
-  bool down = false;
-};
 
 TEST_F(CheckpointUploaderTest, FinishedFilesAreSentAndADownBucketIsRetried) {
   write("before.pt");  // there before the job: not sent again

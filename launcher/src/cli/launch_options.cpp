@@ -154,6 +154,16 @@ std::optional<LaunchOptions> parse_launch_options(int argc, const char* const* a
   app.add_flag("-d,--detach", o.detach,
                "run the job in the background, apart from this terminal and session: prints the job id and returns "
                "(then: ddplaunch attach|logs|stop|list)");
+  app.add_option("--sync", o.sync,
+                 "DIR=s3://BUCKET/PREFIX, repeatable: node 0's agent uploads every file finished in DIR while the "
+                 "job runs, and a job started with DIR missing or empty downloads the prefix first (credentials, "
+                 "region and endpoint from the AWS variables or ~/.aws)")
+      ->type_name("DIR=s3://BUCKET/PREFIX")
+      ->allow_extra_args(false);  // repeatable, one value each: what follows is PROGRAM
+  app.add_flag("--sync-delete", o.sync_delete, "also delete from the bucket what is deleted in a --sync DIR");
+  app.add_option("--sync-wait", o.sync_wait_s, "at the job's end, seconds to wait for --sync uploads still pending")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
   app.add_flag("--preflight", o.preflight, "run `ddplaunch doctor`'s checks first; refuse to start when one fails");
   add(app, "nccl-debug", o.nccl_debug,
       "NCCL_DEBUG level (VERSION, WARN, INFO, TRACE) for every rank, logged to rank_<r>/nccl.log (see diagnose)");

@@ -32,6 +32,9 @@ struct LaunchOptions {
   std::string local_ranks_filter;  // empty: every local rank on the console
   std::string role = "default";
   double shutdown_grace_s = 5.0;
+  std::vector<std::string> sync;      // --sync DIR=s3://BUCKET/PREFIX, repeatable
+  bool sync_delete = false;           // mirror deletions in DIR
+  double sync_wait_s = 300;           // at the end, seconds to wait for pending uploads
   double stop_timeout_s = 0;          // SIGTERM: seconds for the ranks to stop at a step boundary first
   int max_node_failures = 3;          // elastic: a node failing this many generations in a row leaves (0: never)
   std::string grow = "now";           // elastic: when a waiting node gets in: now | restart

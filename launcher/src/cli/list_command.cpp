@@ -7,11 +7,23 @@
 
 #include <cstdio>
 #include <ctime>
+#include <filesystem>
+#include <fstream>
 
 #include "cli/job_selection.h"
+#include "cli/sync_state_text.h"
+#include "job/log_layout.h"
 
 namespace ddp {
 namespace {
+
+// --sync's last state, which the job's uploading agent keeps in its folder; null without.
+nlohmann::json sync_state(const JobRecord& j) {
+  if (j.log_dir.empty()) return nullptr;
+  std::ifstream in(std::filesystem::path(j.log_dir) / kSyncStateFile);
+  if (!in) return nullptr;
+  return nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
+}
 
 std::string local_time(double unix_s) {
   const std::time_t t = static_cast<std::time_t>(unix_s);
@@ -34,17 +46,18 @@ nlohmann::json to_json(const JobRecord& j) {
           {"detached", !j.console.empty()},
           {"log_dir", j.log_dir},
           {"console", j.console.empty() ? nlohmann::json() : nlohmann::json(j.console)},
-          {"coordinator", j.running() ? nlohmann::json(j.endpoint) : nlohmann::json()}};
+          {"coordinator", j.running() ? nlohmann::json(j.endpoint) : nlohmann::json()},
+          {"sync", sync_state(j)}};
 }
 
 std::string render_table(const std::vector<JobRecord>& jobs) {
-  std::string out = fmt::format("{:<28} {:<10} {:<19} {:>5} {:>8} {:>4}  {:<10} {}\n", "JOB", "STATE", "STARTED", "RANKS",
-                                "RESTARTS", "EXIT", "MODE", "LOGS");
+  std::string out = fmt::format("{:<28} {:<10} {:<19} {:>5} {:>8} {:>4}  {:<10} {:<24} {}\n", "JOB", "STATE", "STARTED",
+                                "RANKS", "RESTARTS", "EXIT", "MODE", "SYNC", "LOGS");
   for (const JobRecord& j : jobs) {
-    out += fmt::format("{:<28} {:<10} {:<19} {:>5} {:>8} {:>4}  {:<10} {}\n", j.job_id, to_string(j.state),
+    out += fmt::format("{:<28} {:<10} {:<19} {:>5} {:>8} {:>4}  {:<10} {:<24} {}\n", j.job_id, to_string(j.state),
                        local_time(j.started_unix_s), j.world_size > 0 ? std::to_string(j.world_size) : "-",
                        j.restarts, j.exit_code ? std::to_string(*j.exit_code) : "-",
-                       j.console.empty() ? "foreground" : "detached", j.log_dir);
+                       j.console.empty() ? "foreground" : "detached", sync_state_cell(sync_state(j)), j.log_dir);
   }
   return out;
 }

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "cli/job_selection.h"
+#include "cli/sync_state_text.h"
 #include "output/byte_size.h"
 
 namespace ddp {
@@ -61,6 +62,7 @@ std::string render_status(const nlohmann::json& s) {
       s.value("elapsed_s", 0.0), s.value("world_size", 0), s.value("nnodes", 0));
   if (s.contains("failure")) out += fmt::format("failure: {}\n", s["failure"].get<std::string>());
   out += render_membership(s);
+  if (s.contains("sync")) out += sync_state_lines(s["sync"]);
   out += fmt::format("{:>5}  {:<16} {:>8}  {:<13} {:>8}  {:<10} {:>9}  {:>10}  {}\n", "rank", "host", "pid", "state",
                      "step", "phase", "heartbeat", "step time", "open collective");
   if (!health.contains("ranks")) return out;

@@ -289,6 +289,15 @@ Status CoordinatorJob::request_stop(int node_rank, int64_t generation, const std
   return Status::Ok();
 }
 
+void CoordinatorJob::set_status_section(const std::string& key, std::function<nlohmann::json()> provide) {
+  std::lock_guard<std::mutex> lock(sections_mutex_);
+  if (provide) {
+    status_sections_[key] = std::move(provide);
+  } else {
+    status_sections_.erase(key);
+  }
+}
+
 void CoordinatorJob::decide_pending_stop(SteadyTime now) {
   if (!pending_stop_) return;
   // Reports are up to a heartbeat interval old when they arrive, and the
@@ -362,7 +371,7 @@ void CoordinatorJob::check_health(SteadyTime now, Fired& fired) {
 }
 
 std::string CoordinatorJob::status_json() const {
-  std::lock_guard<std::mutex> lock(mutex_);
+  std::unique_lock<std::mutex> lock(mutex_);
   nlohmann::json j;
   j["job_id"] = job_id_;
   j["generation"] = generation_;
@@ -392,6 +401,9 @@ std::string CoordinatorJob::status_json() const {
   } else if (pending_stop_) {
     j["stop_requested"] = {{"reason", pending_stop_->stop.reason}, {"step_not_chosen_yet", true}};
   }
+  lock.unlock();
+  std::lock_guard<std::mutex> sections_lock(sections_mutex_);
+  for (const auto& [key, provide] : status_sections_) j[key] = provide();
   return j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
 }
 

@@ -18,6 +18,8 @@
 #include <string>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "ddp/common/kv_store.h"
 #include "coordinator/generation_store.h"
 #include "coordinator/rendezvous.h"
@@ -117,6 +119,10 @@ class CoordinatorJob {
   /// The health view for `ddplaunch status` (JSON): job, generation, state,
   /// restarts used, elapsed, and per rank its last heartbeat.
   std::string status_json() const;
+  /// Adds what `provide` returns as status_json()'s `key`, e.g. the agent's
+  /// checkpoint sync. `provide` is called from gRPC threads without this
+  /// job's lock held, and must outlive the job or be removed (empty function).
+  void set_status_section(const std::string& key, std::function<nlohmann::json()> provide);
   Status report_outcome(int64_t generation, const NodeOutcome& outcome);
   /// Answers as soon as generation's state differs from known, or with the
   /// unchanged state once timeout passes (the caller polls again).
@@ -226,7 +232,9 @@ class CoordinatorJob {
   std::optional<NodeOutcome> root_cause_;
   std::string membership_stop_;  // why a healthy generation stops (a newcomer), else empty
   std::optional<JobStop> job_stop_;  // preemption: where every rank stops (this generation)
-  std::optional<PendingJobStop> pending_stop_;  // asked for, not chosen yet: no rank reported steps
+  std::optional<PendingJobStop> pending_stop_;
+  std::map<std::string, std::function<nlohmann::json()>> status_sections_;  // under sections_mutex_
+  mutable std::mutex sections_mutex_;  // separate: providers run without mutex_ held  // asked for, not chosen yet: no rank reported steps
   // Membership across generations.
   std::map<std::string, int> failure_streaks_;       // by member key
   std::map<std::string, std::string> excluded_;      // member key -> why

@@ -8,6 +8,7 @@
 #include <cstdio>
 
 #include "doctor/preflight.h"
+#include "doctor/sync_checks.h"
 
 namespace ddp {
 namespace {
@@ -61,12 +62,25 @@ int run_doctor_command(int argc, const char* const* argv) {
                  "HOST[:PORT]: free here, or reachable within 300 ms when HOST is another machine");
   app.add_option("--log-dir,--log_dir", in.log_dir, "default ${TMPDIR:-/tmp}/ddplaunch-logs, as ddplaunch");
   app.add_option("--checkpoint-dir,--checkpoint_dir", in.checkpoint_dir, "also check free space here");
+  std::vector<std::string> sync_specs;
+  app.add_option("--sync", sync_specs,
+                 "DIR=s3://BUCKET/PREFIX, repeatable: check the credentials and that this key may list, write and "
+                 "delete there (an empty probe object, deleted at once)")
+      ->type_name("DIR=s3://BUCKET/PREFIX")
+      ->allow_extra_args(false);  // repeatable, one value each: what follows is PROGRAM
   app.add_flag("--json", json, "one JSON document instead of the lines");
+  std::vector<SyncTarget> sync_targets;
   try {
     app.parse(argc, argv);
     if (!valid_nproc_spec(in.nproc_per_node)) {
       throw CLI::ValidationError(fmt::format(
           "--nproc-per-node must be a positive integer or gpu, cpu or auto; got '{}'", in.nproc_per_node));
+    }
+    for (const std::string& spec : sync_specs) {
+      std::string why;
+      std::optional<SyncTarget> target = parse_sync_target(spec, why);
+      if (!target) throw CLI::ValidationError(fmt::format("--sync {}: {}", spec, why));
+      sync_targets.push_back(std::move(*target));
     }
     if (!in.rdzv_endpoint.empty()) {
       if (const std::string why = rdzv_endpoint_error(in.rdzv_endpoint); !why.empty()) {
@@ -81,7 +95,8 @@ int run_doctor_command(int argc, const char* const* argv) {
     return 2;
   }
 
-  const auto results = run_preflight(in);
+  std::vector<CheckResult> results = run_preflight(in);
+  for (CheckResult& r : sync_checks(sync_targets)) results.push_back(std::move(r));
   const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   if (json) {
     std::printf("%s\n", render_checks_json(results, elapsed).dump(2).c_str());

@@ -25,6 +25,7 @@
 #include "companion/companion_install.h"
 #include "exit_codes.h"
 #include "job/stop_request.h"
+#include "job/checkpoint_sync_setup.h"
 #include "membership/job_stop.h"
 #include "coordinator/coordinator_server.h"
 #include "job/endpoint_failover.h"
@@ -620,6 +621,13 @@ int run_launch(const LaunchPlan& plan, OrphanSentinel* sentinel, const DetachedR
   const std::string endpoint = coordinator_client.endpoint();
   JobRegistration registered(job_record(plan, endpoint, detached));
   if (detached != nullptr && detached->registered) detached->registered(registered.written());
+  // --sync: an empty DIR is filled from the bucket before any worker starts
+  // (on every node); the agent hosting the coordinator uploads while the job runs.
+  const std::unique_ptr<CheckpointSync> sync = start_checkpoint_sync(plan, coordinator != nullptr);
+  std::shared_ptr<CoordinatorJob> hosted_sync_status;
+  if (sync && coordinator && coordinator->coordinator().find(plan.job_id, plan.token, hosted_sync_status).ok()) {
+    hosted_sync_status->set_status_section("sync", [&sync] { return sync->state_json(); });
+  }
   const WakeupFd wakeup;
   WorkerHealthBoard health(SystemClock::instance(), stack_answer_timeout(plan.heartbeat_interval));
   AgentSettings settings = agent_settings(plan, endpoint);
@@ -693,6 +701,10 @@ int run_launch(const LaunchPlan& plan, OrphanSentinel* sentinel, const DetachedR
   if (code == 0) spdlog::info("job {}: all worker(s) succeeded", plan.job_id);
   // What the record keeps for `stop` and `attach`: the console's closing lines.
   std::string summary;
+  if (sync) {
+    summary += finish_checkpoint_sync(*sync, plan, supervisor.attempt());
+    if (hosted_sync_status) hosted_sync_status->set_status_section("sync", {});
+  }
   if (code == exit_code::kRequeue) {
     summary = fmt::format(
         "job {}: every rank stopped at a step boundary on request; exit code {} (start the job again to continue "

@@ -10,6 +10,8 @@ namespace ddp {
 
 inline constexpr const char* kAttemptFolderPrefix = "attempt_";
 inline constexpr const char* kRankFolderPrefix = "rank_";
+/// --sync's live state (sync/checkpoint_sync.h), in the job's folder, for `list`.
+inline constexpr const char* kSyncStateFile = "sync.json";
 
 inline std::filesystem::path attempt_log_dir(const std::filesystem::path& job_log_dir, int attempt) {
   return job_log_dir / fmt::format("{}{}", kAttemptFolderPrefix, attempt);

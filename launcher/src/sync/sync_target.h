@@ -6,6 +6,9 @@
 
 #include <optional>
 #include <string>
+#include <vector>
+
+#include "ddp/common/clock.h"
 
 namespace ddp {
 
@@ -13,6 +16,13 @@ struct SyncTarget {
   std::string dir;     // the local folder, as given
   std::string bucket;  // S3 bucket name
   std::string prefix;  // key prefix: empty, or ends with '/'
+};
+
+/// What the launch options say about syncing (--sync, --sync-delete, --sync-wait).
+struct SyncSettings {
+  std::vector<SyncTarget> targets;  // empty: no sync
+  bool mirror_deletions = false;    // a file deleted in DIR is deleted in the bucket
+  Duration final_wait = std::chrono::seconds(300);  // at the job's end, for uploads still pending
 };
 
 /// Parses DIR=s3://BUCKET[/PREFIX]. nullopt with `why` (one clause naming

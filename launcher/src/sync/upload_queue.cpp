@@ -90,7 +90,11 @@ SyncReport UploadQueue::report() const {
   r.uploaded_bytes = uploaded_bytes_;
   r.pending = static_cast<int>(pending_.size());
   for (const auto& [path, p] : pending_) {
-    if (p.attempts > 0) r.failing.push_back({path, p.attempts, p.last_error});
+    if (p.attempts > 0) {
+      r.failing.push_back({path, p.attempts, p.last_error});
+    } else {
+      r.waiting.push_back(path);
+    }
   }
   return r;
 }
@@ -100,14 +104,28 @@ nlohmann::json SyncReport::to_json() const {
   for (const auto& f : failing) {
     failing_json.push_back({{"path", f.path}, {"attempts", f.attempts}, {"last_error", f.last_error}});
   }
-  return {{"uploaded", uploaded}, {"uploaded_bytes", uploaded_bytes}, {"pending", pending}, {"failing", failing_json}};
+  nlohmann::json j = {{"uploaded", uploaded},
+                      {"uploaded_bytes", uploaded_bytes},
+                      {"pending", pending},
+                      {"failing", failing_json},
+                      {"waiting", waiting},
+                      {"deleted", deleted},
+                      {"delete_failures", delete_failures}};
+  if (send_seconds > 0) j["bytes_per_second"] = static_cast<double>(uploaded_bytes) / send_seconds;
+  return j;
 }
 
 std::string SyncReport::summary() const {
-  std::string out = fmt::format("{} file(s) uploaded ({}), {} pending", uploaded, format_bytes(uploaded_bytes), pending);
+  const std::string speed =
+      send_seconds > 0 ? fmt::format(" at {}/s", format_bytes(static_cast<int64_t>(uploaded_bytes / send_seconds))) : "";
+  std::string out =
+      fmt::format("{} file(s) uploaded ({}{}), {} pending", uploaded, format_bytes(uploaded_bytes), speed, pending);
+  if (deleted > 0) out += fmt::format(", {} deleted", deleted);
+  for (const auto& path : waiting) out += fmt::format("; {} not sent yet", path);
   for (const auto& f : failing) {
     out += fmt::format("; {} failed {} time(s): {}", f.path, f.attempts, f.last_error);
   }
+  for (const auto& d : delete_failures) out += fmt::format("; not deleted: {}", d);
   return out;
 }
 

@@ -39,7 +39,11 @@ struct SyncReport {
     int attempts = 0;
     std::string last_error;
   };
-  std::vector<Failing> failing;  // pending files whose last attempt failed
+  std::vector<Failing> failing;       // pending files whose last attempt failed
+  std::vector<std::string> waiting;   // pending files not tried yet (settling, or due)
+  double send_seconds = 0;            // time spent sending, for the throughput
+  int deleted = 0;                    // --sync-delete: objects deleted
+  std::vector<std::string> delete_failures;  // "path: why"
   nlohmann::json to_json() const;
   /// "12 file(s) uploaded (1.2 GiB), 1 pending: model.pt (3 attempts: ...)"
   std::string summary() const;

@@ -272,6 +272,15 @@ LaunchPlan resolve_launch_plan(const LaunchOptions& o, const GetEnv& getenv) {
   plan.role = o.role;
   plan.shutdown_grace = std::chrono::duration_cast<Duration>(std::chrono::duration<double>(o.shutdown_grace_s));
   plan.stop_timeout = std::chrono::duration_cast<Duration>(std::chrono::duration<double>(o.stop_timeout_s));
+  for (const std::string& spec : o.sync) {
+    std::string why;
+    std::optional<SyncTarget> target = parse_sync_target(spec, why);
+    if (!target) throw UsageError(fmt::format("--sync {}: {}", spec, why));
+    plan.sync.targets.push_back(std::move(*target));
+  }
+  if (o.sync_delete && o.sync.empty()) throw UsageError("--sync-delete needs a --sync DIR=s3://BUCKET/PREFIX");
+  plan.sync.mirror_deletions = o.sync_delete;
+  plan.sync.final_wait = std::chrono::duration_cast<Duration>(std::chrono::duration<double>(o.sync_wait_s));
   plan.max_node_failures = o.max_node_failures;
   plan.grow = o.grow;
   plan.heartbeat_interval = std::chrono::duration_cast<Duration>(std::chrono::duration<double>(o.heartbeat_interval_s));

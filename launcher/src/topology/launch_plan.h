@@ -13,6 +13,7 @@
 #include "cli/stream_selection.h"
 #include "ddp/common/clock.h"
 #include "net/host_port.h"
+#include "sync/sync_target.h"
 
 namespace ddp {
 
@@ -57,6 +58,7 @@ struct LaunchPlan {
   std::vector<std::string> duplicate_stdout_filters;
   std::vector<std::string> duplicate_stderr_filters;
   Duration shutdown_grace{};
+  SyncSettings sync;  // --sync: checkpoint folders mirrored to object storage
   /// SIGTERM: how long the ranks get to stop at a step boundary (0: none).
   Duration stop_timeout{};
   int max_node_failures = 3;  // elastic: see JobConfig::max_node_failures

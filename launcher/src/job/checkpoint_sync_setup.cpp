@@ -1,0 +1,67 @@
+#include "job/checkpoint_sync_setup.h"
+
+#include <spdlog/spdlog.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+
+#include "job/log_layout.h"
+#include "sync/aws_credentials.h"
+#include "sync/s3_store.h"
+
+namespace ddp {
+namespace fs = std::filesystem;
+
+std::unique_ptr<CheckpointSync> start_checkpoint_sync(const LaunchPlan& plan, bool uploads) {
+  if (plan.sync.targets.empty()) return nullptr;
+  std::string why;
+  const std::optional<AwsCredentials> credentials = resolve_aws_credentials(
+      [](const char* name) -> std::optional<std::string> {
+        const char* value = std::getenv(name);
+        return value != nullptr ? std::optional<std::string>(value) : std::nullopt;
+      },
+      why);
+  if (!credentials) {
+    spdlog::warn("--sync: {}: nothing is synced; the job runs", why);
+    return nullptr;
+  }
+  spdlog::info("--sync: credentials {}{}", credentials->describe(),
+               credentials->endpoint_url.empty() ? "" : fmt::format(", endpoint {}", credentials->endpoint_url));
+  auto sync = std::make_unique<CheckpointSync>(
+      plan.sync,
+      [&](const SyncTarget& target) -> std::unique_ptr<ObjectStore> {
+        return std::make_unique<S3ObjectStore>(*credentials, target.bucket);
+      },
+      uploads ? (plan.job_log_dir / kSyncStateFile).string() : std::string());
+  sync->download_missing();
+  if (uploads) sync->start_uploads();
+  return sync;
+}
+
+std::string finish_checkpoint_sync(CheckpointSync& sync, const LaunchPlan& plan, int last_attempt) {
+  const nlohmann::json report = sync.finish(plan.sync.final_wait);
+  if (report.is_null()) return "";
+  const std::string summary = sync.summary();
+  bool complete = true;
+  for (const auto& t : report["targets"]) complete = complete && t["pending"].get<int>() == 0;
+  if (complete) {
+    spdlog::info("{}", summary);
+  } else {
+    spdlog::warn("{} (--sync-wait {:.0f} s ran out)", summary,
+                 std::chrono::duration<double>(plan.sync.final_wait).count());
+  }
+  const fs::path failure = attempt_log_dir(plan.job_log_dir, last_attempt) / "failure.json";
+  std::error_code ec;
+  if (fs::exists(failure, ec)) {
+    nlohmann::json j = nlohmann::json::parse(std::ifstream(failure), nullptr, /*allow_exceptions=*/false);
+    if (j.is_object()) {
+      j["sync"] = report;
+      std::ofstream(failure, std::ios::trunc) << j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace)
+                                              << '\n';
+    }
+  }
+  return summary + "\n";
+}
+
+}  // namespace ddp
