@@ -160,6 +160,26 @@ class BenchmarkSmokeTest(unittest.TestCase):
         self.assertGreater(w["companion_cpu_ms_per_s_per_rank"], 0)
         self.assertIn("--no-python-companion", res.stdout)
 
+    def test_sync_bench(self):
+        res = self.bench("sync_bench.py", "--quick", "--big-files", 1, "--small-files", 2, "--steps", 40,
+                         "--ckpt-every", 10, "--json", timeout=120)
+        doc = json_document(res)
+        up = doc["upload"]
+        self.assertEqual(up["files"], 3)
+        self.assertEqual(len(up["runs"]["ddplaunch"]), 1)
+        self.assertEqual(len(up["runs"]["aws"]), 1)
+        self.assertGreater(up["ddplaunch_mib_s"], 0)
+        self.assertGreater(up["aws_mib_s"], 0)
+        self.assertAlmostEqual(up["ratio"], up["ddplaunch_mib_s"] / up["aws_mib_s"], places=6)
+        steps = doc["steps"]
+        self.assertEqual(steps["ckpts_per_run"], 4)  # at steps 10, 20, 30 and 40
+        self.assertGreater(steps["step_ms_sync"], 0)
+        self.assertGreater(steps["step_ms_no_sync"], 0)
+        self.assertAlmostEqual(steps["overhead_percent"],
+                               (steps["step_ms_sync"] / steps["step_ms_no_sync"] - 1) * 100, places=6)
+        self.assertEqual(steps["met"], steps["overhead_percent"] < doc["target_percent"])
+        self.assertIn("ratio ddplaunch/aws", res.stdout)
+
     def test_launch_bench(self):
         res = self.bench("launch_bench.py", "--repeat", 1, "--fast-peer-interval", 0, "--json")
         doc = json_document(res)

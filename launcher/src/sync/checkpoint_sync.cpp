@@ -1,6 +1,8 @@
 #include "sync/checkpoint_sync.h"
 
 #include <poll.h>
+#include <sys/resource.h>
+#include <sys/syscall.h>
 #include <spdlog/spdlog.h>
 #include <sys/eventfd.h>
 #include <unistd.h>
@@ -108,6 +110,9 @@ void CheckpointSync::wake() {
 }
 
 void CheckpointSync::upload_loop() {
+  // Training comes first on a busy machine: this thread (Linux nices threads
+  // one by one) yields the CPU to the ranks; uploads still get idle cores.
+  [[maybe_unused]] int niced = setpriority(PRIO_PROCESS, static_cast<id_t>(syscall(SYS_gettid)), 10);
   std::string last_state;
   while (!stop_now_) {
     std::optional<SteadyTime> next;
