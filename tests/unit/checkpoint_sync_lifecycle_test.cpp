@@ -4,6 +4,7 @@
 // Real folders and a real thread; the bucket is in memory.
 
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <filesystem>
 #include <fstream>
@@ -109,6 +110,22 @@ TEST_F(CheckpointSyncTest, ADownBucketDelaysNothingBeyondTheBoundAndTheReportSay
   ASSERT_EQ(report["targets"][0]["failing"].size(), 1u);
   EXPECT_EQ(report["targets"][0]["failing"][0]["path"], "model.pt");
   EXPECT_EQ(report["targets"][0]["failing"][0]["last_error"], "bucket down");
+}
+
+TEST_F(CheckpointSyncTest, ASignalDuringTheFinalWaitEndsIt) {
+  auto sync = make(settings());
+  store_.down = true;
+  sync->start_uploads();
+  write_into_place("model.pt", "w");
+  int interrupt[2];
+  ASSERT_EQ(pipe(interrupt), 0);
+  ASSERT_EQ(write(interrupt[1], "x", 1), 1);  // as a second Ctrl-C on the signalfd
+  const auto started = std::chrono::steady_clock::now();
+  const nlohmann::json report = sync->finish(seconds(600), interrupt[0]);
+  EXPECT_LT(std::chrono::steady_clock::now() - started, seconds(5));
+  EXPECT_EQ(report["targets"][0]["uploaded"], 0);
+  close(interrupt[0]);
+  close(interrupt[1]);
 }
 
 TEST_F(CheckpointSyncTest, DeletionsAreMirroredOnlyWhenAskedAndOnlyForWhatTheBucketHolds) {

@@ -55,6 +55,7 @@ CheckpointSync::~CheckpointSync() {
     thread_.join();
   }
   if (wakeup_fd_ >= 0) close(wakeup_fd_);
+  if (done_fd_ >= 0) close(done_fd_);
 }
 
 void CheckpointSync::download_missing() {
@@ -100,8 +101,13 @@ void CheckpointSync::start_uploads() {
     }
   }
   wakeup_fd_ = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
-  if (wakeup_fd_ < 0) throw std::system_error(errno, std::generic_category(), "eventfd");
-  thread_ = std::thread([this] { upload_loop(); });
+  done_fd_ = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+  if (wakeup_fd_ < 0 || done_fd_ < 0) throw std::system_error(errno, std::generic_category(), "eventfd");
+  thread_ = std::thread([this] {
+    upload_loop();
+    const uint64_t one = 1;
+    [[maybe_unused]] ssize_t n = write(done_fd_, &one, sizeof one);
+  });
 }
 
 void CheckpointSync::wake() {
@@ -147,7 +153,7 @@ void CheckpointSync::upload_loop() {
   }
 }
 
-nlohmann::json CheckpointSync::finish(Duration bound) {
+nlohmann::json CheckpointSync::finish(Duration bound, int interrupt_fd) {
   if (!thread_.joinable()) return nullptr;
   {
     std::lock_guard<std::mutex> lock(deadline_mutex_);
@@ -155,6 +161,15 @@ nlohmann::json CheckpointSync::finish(Duration bound) {
   }
   finishing_ = true;
   wake();
+  if (interrupt_fd >= 0) {
+    pollfd fds[2] = {{done_fd_, POLLIN, 0}, {interrupt_fd, POLLIN, 0}};
+    while (poll(fds, 2, -1) < 0 && errno == EINTR) {
+    }
+    if ((fds[0].revents & POLLIN) == 0 && (fds[1].revents & POLLIN) != 0) {
+      stop_now_ = true;
+      wake();
+    }
+  }
   thread_.join();
   std::string ignored;
   write_state_file(&ignored);

@@ -52,8 +52,10 @@ class CheckpointSync {
   void start_uploads();
   /// Waits up to `bound` for the uploads still pending, stops, and returns
   /// the report: {"targets": [{"target", "dir", uploaded, pending, ...}]}.
-  /// Null JSON when this agent does not upload.
-  nlohmann::json finish(Duration bound);
+  /// Null JSON when this agent does not upload. When `interrupt_fd` (e.g. a
+  /// signalfd of the stop signals) becomes readable, it stops waiting once
+  /// the file in flight is sent (a user's second Ctrl-C).
+  nlohmann::json finish(Duration bound, int interrupt_fd = -1);
   /// One line per target, for the console and the job's summary.
   std::string summary() const;
   /// The live state, in finish()'s form; null when this agent does not upload.
@@ -75,6 +77,7 @@ class CheckpointSync {
   std::vector<Target> targets_;
   std::thread thread_;
   int wakeup_fd_ = -1;
+  int done_fd_ = -1;  // written when the uploads' thread returns
   std::atomic<bool> finishing_{false};
   std::atomic<bool> stop_now_{false};
   std::mutex deadline_mutex_;
