@@ -72,7 +72,7 @@ TEST(StopRequestFile, IsWrittenWholeAsJson) {
   request.reason = "SIGTERM to ddplaunch on node-a";
   request.requested_at = WallTime(std::chrono::seconds(1'800'000'000));
   write_stop_request(path, request);
-  EXPECT_FALSE(std::filesystem::exists(path.string() + ".tmp"));
+  EXPECT_FALSE(std::filesystem::exists(path.string() + ".tmp." + std::to_string(getpid())));
   std::stringstream text;
   text << std::ifstream(path).rdbuf();
   const auto j = nlohmann::json::parse(text.str());
@@ -86,6 +86,20 @@ TEST(StopRequestFile, IsWrittenWholeAsJson) {
   EXPECT_TRUE(nlohmann::json::parse(again.str())["stop_at_step"].is_null());
   std::filesystem::remove(path);
   EXPECT_THROW(write_stop_request("/nonexistent/dir/stop.json", request), std::runtime_error);
+}
+
+TEST(StopRequestFile, TheAgentsOfNodesSharingTheLogFolderDoNotTakeEachOthersTempFile) {
+  // Another node's agent is between writing its temp file and renaming it.
+  const std::filesystem::path path =
+      std::filesystem::temp_directory_path() / ("ddp-stop-shared-" + std::to_string(getpid()) + ".json");
+  const std::string other_temp = path.string() + ".tmp.999999999";
+  std::ofstream(other_temp) << "the other node's request\n";
+  StopRequest request;
+  request.stop_at_step = 12;
+  write_stop_request(path, request);
+  EXPECT_TRUE(std::filesystem::exists(other_temp)) << "still there for the other agent to rename";
+  EXPECT_NO_THROW(std::filesystem::rename(other_temp, path));
+  std::filesystem::remove(path);
 }
 
 }  // namespace

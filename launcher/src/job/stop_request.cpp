@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cmath>
@@ -18,7 +19,9 @@ std::string stop_request_json(const StopRequest& request) {
 }
 
 void write_stop_request(const std::filesystem::path& path, const StopRequest& request) {
-  const std::filesystem::path temporary = path.string() + ".tmp";
+  // The pid in the temp name: the agents of a job whose nodes share the log
+  // folder (a Slurm job's shared storage) write this file at the same time.
+  const std::filesystem::path temporary = fmt::format("{}.tmp.{}", path.string(), getpid());
   {
     std::ofstream out(temporary, std::ios::trunc);
     out << stop_request_json(request);
