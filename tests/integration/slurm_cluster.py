@@ -190,14 +190,16 @@ class SlurmCluster:
 
     @staticmethod
     def check_prerequisites():
-        """Raises unittest.SkipTest when the cluster cannot exist on this machine."""
+        """Raises unittest.SkipTest when the cluster cannot exist on this machine (not
+        root, no network namespaces), AssertionError when a program is missing."""
         if os.geteuid() != 0:
             raise unittest.SkipTest("a Slurm cluster in network namespaces needs root")
         missing = [b for b in ("slurmctld", "slurmd", "sbatch", "squeue", "scontrol", "scancel",
                                "munged", "mungekey") if not _which(b)]
         if missing or not os.path.exists(IP) or not os.path.exists(UNSHARE):
-            raise unittest.SkipTest(f"missing: {', '.join(missing) or 'ip/unshare'} "
-                                    "(deploy/install-deps.sh installs Slurm and munge)")
+            # the install script brings these: their absence fails, it does not skip
+            raise AssertionError(f"missing: {', '.join(missing) or 'ip/unshare'} "
+                                 "(deploy/install-deps.sh installs Slurm and munge)")
         probe = f"ddpprobe{secrets.token_hex(3)}"
         r = ip("netns", "add", probe)
         if r.returncode != 0:

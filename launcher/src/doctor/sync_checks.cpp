@@ -3,7 +3,6 @@
 #include <fmt/format.h>
 #include <unistd.h>
 
-#include <cstdlib>
 #include <filesystem>
 
 #include "sync/s3_store.h"
@@ -83,10 +82,7 @@ std::vector<CheckResult> sync_checks(const std::vector<SyncTarget>& targets) {
   gethostname(host, sizeof host - 1);
   return sync_checks(
       targets,
-      [](const char* name) -> std::optional<std::string> {
-        const char* value = std::getenv(name);
-        return value != nullptr ? std::optional<std::string>(value) : std::nullopt;
-      },
+      process_aws_env(),
       [](const AwsCredentials& credentials, const SyncTarget& target) -> std::unique_ptr<ObjectStore> {
         S3StoreOptions options;
         options.connect_timeout_s = 3;

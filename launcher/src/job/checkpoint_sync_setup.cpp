@@ -6,7 +6,6 @@
 
 #include <csignal>
 
-#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 
@@ -22,10 +21,7 @@ std::unique_ptr<CheckpointSync> start_checkpoint_sync(const LaunchPlan& plan, bo
   if (plan.sync.targets.empty()) return nullptr;
   std::string why;
   const std::optional<AwsCredentials> credentials = resolve_aws_credentials(
-      [](const char* name) -> std::optional<std::string> {
-        const char* value = std::getenv(name);
-        return value != nullptr ? std::optional<std::string>(value) : std::nullopt;
-      },
+      process_aws_env(),
       why);
   if (!credentials) {
     spdlog::warn("--sync: {}: nothing is synced; the job runs", why);

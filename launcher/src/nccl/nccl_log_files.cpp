@@ -12,6 +12,8 @@
 #include <string_view>
 #include <system_error>
 
+#include "ddp/common/unique_fd.h"
+
 namespace ddp::nccl {
 namespace {
 
@@ -24,20 +26,6 @@ bool is_log_name(const fs::path& p) {
   std::string name = p.filename().string();
   return name == "nccl.log" || (name.size() > 4 && name.compare(name.size() - 4, 4, ".log") == 0);
 }
-
-class Fd {
- public:
-  explicit Fd(int fd) : fd_(fd) {}
-  ~Fd() {
-    if (fd_ >= 0) ::close(fd_);
-  }
-  Fd(const Fd&) = delete;
-  Fd& operator=(const Fd&) = delete;
-  int get() const { return fd_; }
-
- private:
-  int fd_;
-};
 
 }  // namespace
 
@@ -66,7 +54,7 @@ std::vector<std::string> find_nccl_logs(const std::vector<std::string>& paths) {
 }
 
 void feed_file(NcclLogParser& parser, const std::string& path) {
-  Fd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
   if (fd.get() < 0) throw DiagnoseInputError("cannot open " + path + ": " + std::strerror(errno));
 #ifdef POSIX_FADV_SEQUENTIAL
   ::posix_fadvise(fd.get(), 0, 0, POSIX_FADV_SEQUENTIAL);

@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <cstdlib>
 #include <fstream>
 #include <map>
 
@@ -113,6 +114,13 @@ std::optional<AwsCredentials> resolve_aws_credentials(const AwsEnv& env, std::st
     if (c.endpoint_url.empty() && profile_config.count(key)) c.endpoint_url = profile_config[key];
   }
   return c;
+}
+
+AwsEnv process_aws_env() {
+  return [](const char* name) -> std::optional<std::string> {
+    const char* value = std::getenv(name);
+    return value != nullptr ? std::optional<std::string>(value) : std::nullopt;
+  };
 }
 
 }  // namespace ddp

@@ -32,6 +32,8 @@ struct AwsCredentials {
 
 /// Reads an environment variable; nullopt when unset.
 using AwsEnv = std::function<std::optional<std::string>(const char* name)>;
+/// This process's environment (std::getenv), as an AwsEnv.
+AwsEnv process_aws_env();
 
 /// The credentials, or nullopt with `why` (one clause: none found, a
 /// profile missing from the file, a key without its secret).

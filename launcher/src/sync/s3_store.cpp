@@ -14,6 +14,7 @@
 #include <optional>
 #include <utility>
 
+#include "ddp/common/unique_fd.h"
 #include "sync/s3_xml.h"
 
 namespace ddp {
@@ -86,22 +87,6 @@ StatusCode classify(long http, const std::string& code) {
   if (http == 400) return StatusCode::kInvalidArgument;
   return StatusCode::kFailedPrecondition;
 }
-
-// Closes a file descriptor on every way out of a function.
-class Fd {
- public:
-  explicit Fd(int fd) : fd_(fd) {}
-  ~Fd() {
-    if (fd_ >= 0) ::close(fd_);
-  }
-  Fd(const Fd&) = delete;
-  Fd& operator=(const Fd&) = delete;
-  int get() const { return fd_; }
-  int release() { return std::exchange(fd_, -1); }
-
- private:
-  int fd_;
-};
 
 struct SlistFree {
   void operator()(curl_slist* l) const { curl_slist_free_all(l); }
@@ -395,7 +380,7 @@ Status S3ObjectStore::failure(const std::string& what, const S3Response& respons
 
 Status S3ObjectStore::put_file(const std::string& key, const std::string& local_path, int64_t* bytes) {
   const std::string what = "PUT " + describe(key);
-  Fd fd(::open(local_path.c_str(), O_RDONLY | O_CLOEXEC));
+  UniqueFd fd(::open(local_path.c_str(), O_RDONLY | O_CLOEXEC));
   if (fd.get() < 0) {
     const int e = errno;
     return Status(e == ENOENT ? StatusCode::kNotFound : StatusCode::kFailedPrecondition,
@@ -571,7 +556,7 @@ Status S3ObjectStore::get_file(const std::string& key, const std::string& local_
     return Status(StatusCode::kFailedPrecondition,
                   fmt::format("{}: cannot create {}: {}", what, parent.string(), ec.message()));
   }
-  Fd fd(::open(temp_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
+  UniqueFd fd(::open(temp_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
   if (fd.get() < 0) {
     return Status(StatusCode::kFailedPrecondition,
                   fmt::format("{}: cannot create {}: {}", what, temp_path, std::strerror(errno)));
@@ -580,11 +565,10 @@ Status S3ObjectStore::get_file(const std::string& key, const std::string& local_
   request.key = key;
   request.download_fd = fd.get();
   const S3Response r = perform(request);
-  const int close_result = ::close(fd.release());
-  const int close_errno = errno;
+  const int close_errno = fd.close();
 
   Status s = Status::Ok();
-  if (r.local_errno != 0 || (r.curl == CURLE_OK && close_result != 0)) {
+  if (r.local_errno != 0 || (r.curl == CURLE_OK && close_errno != 0)) {
     s = Status(StatusCode::kFailedPrecondition, fmt::format("{}: cannot write {}: {}", what, temp_path,
                                                             std::strerror(r.local_errno != 0 ? r.local_errno : close_errno)));
   } else if (r.curl != CURLE_OK || r.http != 200) {

@@ -19,6 +19,8 @@
 #include <random>
 #include <system_error>
 
+#include "ddp/common/unique_fd.h"
+
 namespace ddp {
 namespace {
 
@@ -64,27 +66,6 @@ uint32_t crc_update(uint32_t crc, const void* data, size_t n) {
   }
   return crc;
 }
-
-class Fd {
- public:
-  explicit Fd(int fd = -1) : fd_(fd) {}
-  Fd(const Fd&) = delete;
-  Fd& operator=(const Fd&) = delete;
-  ~Fd() {
-    if (fd_ >= 0) ::close(fd_);
-  }
-  int get() const { return fd_; }
-  /// Closes now and returns close()'s errno (0 on success): NFS and some
-  /// filesystems report write-back errors only here.
-  int close() {
-    const int fd = fd_;
-    fd_ = -1;
-    return ::close(fd) == 0 ? 0 : errno;
-  }
-
- private:
-  int fd_;
-};
 
 /// Writes all of data; returns 0 or the errno of the failing write().
 int write_all(int fd, const void* data, size_t n) {
@@ -140,7 +121,7 @@ std::optional<int64_t> parse_file_name(std::string_view name) {
 /// Reads and verifies one checkpoint file. On failure returns nullopt and sets
 /// reason to a short, one-line explanation (empty when the file is gone).
 std::optional<Checkpoint> read_checkpoint(const std::string& path, int64_t step, std::string& reason) {
-  Fd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
   if (fd.get() < 0) {
     // ENOENT: pruned by a concurrent save() since it was listed; not damage.
     reason = errno == ENOENT ? "" : "cannot open: " + errno_text(errno);
@@ -330,7 +311,7 @@ std::string CheckpointStore::save(int64_t step, const nlohmann::json& metadata, 
     if (raw_fd >= 0) break;
     if (errno != EEXIST || attempt >= 16) throw fail("create", tmp.path, errno);
   }
-  Fd fd(raw_fd);
+  UniqueFd fd(raw_fd);
   tmp.armed = true;
 
   for (const auto& [data, len] : {std::pair<const void*, size_t>{header, kHeaderSize},
@@ -347,7 +328,7 @@ std::string CheckpointStore::save(int64_t step, const nlohmann::json& metadata, 
   // Make the rename itself durable: without this a power loss could leave
   // the directory without the new name (and, after pruning, without any).
   {
-    Fd dir_fd(::open(dir_.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+    UniqueFd dir_fd(::open(dir_.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
     if (dir_fd.get() < 0) throw fail("open directory", dir_, errno);
     // EINVAL: this filesystem cannot sync directories (it orders renames itself).
     if (::fsync(dir_fd.get()) != 0 && errno != EINVAL) throw fail("fsync directory", dir_, errno);
