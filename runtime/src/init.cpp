@@ -1,6 +1,7 @@
 #include "ddp/runtime/init.h"
 
 #include "heartbeat_sender.h"
+#include "sigterm_guard.h"
 
 #include <arpa/inet.h>
 #include <fmt/format.h>
@@ -163,6 +164,9 @@ std::string local_address_towards(const std::string& host) {
 
 std::unique_ptr<ProcessGroup> init(const InitOptions& options) {
   const bool nccl = want_nccl(options.backend);  // refuses an impossible backend before joining
+  // With --stop-timeout, a SIGTERM Slurm sends to every process must not end
+  // this worker before the step boundary ddplaunch asks for (sigterm_guard.h).
+  install_sigterm_guard_from_environment();
   auto group = std::make_unique<ProcessGroup>();
   std::unique_ptr<AgentConnection> agent;
   if (env("DDPLAUNCH_AGENT_SOCKET")) {

@@ -113,6 +113,38 @@ def is_alive(pid, token=None):
     return True
 
 
+def descendants(pid):
+    """Every live descendant of pid, parents before their children."""
+    children = {}
+    for name in os.listdir("/proc"):
+        if name.isdigit():
+            try:
+                children.setdefault(read_stat(int(name))[1], []).append(int(name))
+            except (OSError, ValueError):
+                pass
+    found, todo = [], list(children.get(pid, []))
+    while todo:
+        p = todo.pop(0)
+        found.append(p)
+        todo.extend(children.get(p, []))
+    return found
+
+
+def signal_step(pids, sig):
+    """Sends sig to every process of the trees rooted at pids, the workers before
+    the launchers: what Slurm's scancel --signal, --signal=SIG@T, a preemption or
+    a time limit do to every process of a job step."""
+    trees = [(root, descendants(root)) for root in pids]
+    for _root, below in trees:
+        for p in reversed(below):
+            try:
+                os.kill(p, sig)
+            except OSError:
+                pass
+    for root, _below in trees:
+        os.kill(root, sig)
+
+
 def find_marked(token):
     """Live (non-zombie) processes whose cmdline or environ contains token:
     list of (pid, cmdline-string)."""

@@ -22,7 +22,7 @@ import time
 import unittest
 from pathlib import Path
 
-from launcher_harness import (PYTHON, REPO, LauncherTestCase, Result, find_marked, kill_marked,
+from launcher_harness import (PYTHON, REPO, LauncherTestCase, Result, find_marked, kill_marked, signal_step,
                               torch_available, wait_until, worker)
 
 DDPTRAIN = Path(os.environ.get("DDPTRAIN_BIN") or (REPO / "build" / "worker" / "ddptrain" / "ddptrain")).absolute()
@@ -269,7 +269,8 @@ class TrainingTest(DdptrainCase):
         self.assert_bitwise(row, "crash at step 12, resumed from step 10")
 
     def test_sigterm_preemption_stops_at_a_step_boundary_and_resumes_bitwise(self):
-        # Slurm's --signal or a Kubernetes eviction: SIGTERM with --stop-timeout.
+        # Slurm's --signal, scancel --signal=TERM or a preemption: SIGTERM to every
+        # process of the step, the ranks first, with --stop-timeout. The ranks keep it.
         args = ("--batch-size", 8, "--momentum", 0.9, "--samples", 512, "--mlp-sizes", "32,1024,1024,10",
                 "--log-every", 0, "--steps", 1500)
         launch_opts = ("--heartbeat-interval=0.2", "--stop-timeout=60")
@@ -281,9 +282,10 @@ class TrainingTest(DdptrainCase):
                             env_extra=self.train_env())
         self.assertTrue(wait_until(lambda: any(s >= 200 for s in checkpoint_steps(ck)), 60),
                         "no checkpoint at step 200 within 60 s")
-        os.kill(launch.pid, signal.SIGTERM)
+        signal_step([launch.pid], signal.SIGTERM)
         res = self.finish(launch, timeout=90)
         self.assertEqual(res.rc, 75, res.describe())
+        self.assertEqual(res.err.count("ignoring a SIGTERM from outside ddplaunch"), 2, res.describe())
         m = re.search(r"ddptrain: stopping after step (\d+) of 1500 as ddplaunch asked \(checkpoint written\)",
                       res.out)
         self.assertIsNotNone(m, res.describe())

@@ -10,7 +10,7 @@ import re
 import signal
 import unittest
 
-from launcher_harness import PYTHON, free_port, wait_until, worker
+from launcher_harness import PYTHON, free_port, signal_step, wait_until, worker
 from multinode_harness import EXIT_NODE_LOST, EXIT_RDZV, MultiNodeTestCase
 from netns_harness import NetnsTestCase, ip
 from test_ddptrain import DDPTRAIN, TORCH_OK, DdptrainCase, checkpoint_steps
@@ -274,7 +274,9 @@ class MultiNodePreemptionTest(TrainingRun, MultiNodeTestCase, DdptrainCase):
 @unittest.skipUnless(TORCH_OK, "PYTHON_EXEC cannot import torch")
 class MultiNodePythonPreemptionTest(MultiNodeTestCase):
     """The same flow with an unmodified PyTorch DDP script and its one-line check,
-    ddplaunch.should_stop() (tests/integration/workers/torch_ddp_preemptible.py)."""
+    ddplaunch.should_stop() (tests/integration/workers/torch_ddp_preemptible.py), and
+    the signal as Slurm sends it: SIGTERM to every process of both nodes, the ranks
+    first. The companion keeps it for the step boundary."""
 
     def agents(self, outdir, steps):
         program = [PYTHON, worker("torch_ddp_preemptible.py"), str(outdir), "--steps", str(steps)]
@@ -282,24 +284,26 @@ class MultiNodePythonPreemptionTest(MultiNodeTestCase):
                                  extra=["--heartbeat-interval=0.2", "--stop-timeout=60"])
                 for r in range(2)]
 
-    def test_sigterm_to_one_node_stops_every_rank_of_a_pytorch_script_at_one_step_and_it_resumes(self):
+    def test_slurms_sigterm_to_every_process_stops_every_rank_of_a_pytorch_script_at_one_step_and_it_resumes(self):
         outdir = self.tmp / "preempted"
         outdir.mkdir()
         launches = self.agents(outdir, 100000)
         if not wait_until(lambda: (outdir / "ready").exists(), 60):
             self.fail("the script did not reach step 5 within 60 s"
                       + self.describe_all([self.current_output(l) for l in launches]))
-        self.signal_launch(launches[1], signal.SIGTERM)
+        signal_step([launch.pid for launch in launches], signal.SIGTERM)
         results = self.finish_all(launches, timeout=90)
         desc = self.describe_all(results)
         self.assertEqual([r.rc for r in results], [75, 75], desc)
+        kept = re.findall(r"rank (\d+) ignores a SIGTERM from outside ddplaunch", results[0].err + results[1].err)
+        self.assertEqual(sorted(int(r) for r in kept), [0, 1, 2, 3], desc)
         stopped = re.findall(r"torch_ddp_preemptible: rank (\d+) stopped after (\d+)", results[0].out + results[1].out)
         self.assertEqual(sorted(int(r) for r, _ in stopped), [0, 1, 2, 3], desc)
         steps = {int(n) for _, n in stopped}
         self.assertEqual(len(steps), 1, f"the ranks stopped after different steps: {stopped}{desc}")
         stopped_at = steps.pop()
         for r in results:
-            self.assertIn("SIGTERM to ddplaunch on node 1 (", r.err, desc)
+            self.assertRegex(r.err, r"SIGTERM to ddplaunch on node [01] \(", desc)
             self.assertNotIn("did not all stop", r.err, desc)
 
         again = self.finish_all(self.agents(outdir, stopped_at + 20), timeout=90)

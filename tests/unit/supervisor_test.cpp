@@ -19,7 +19,8 @@ struct RecordingListener final : SupervisorListener {
   void on_restart(int next, const Verdict&) override { restarts.push_back(next); }
   void on_stop_requested(int attempt, int signo) override { stop_requests.push_back({attempt, signo}); }
   void on_stop_timed_out(int attempt) override { stop_timeouts.push_back(attempt); }
-  std::vector<int> attempts, first_failures, ended, restarts, stop_timeouts;
+  void on_signalling_workers(int, int signo) override { signalling.push_back(signo); }
+  std::vector<int> attempts, first_failures, ended, restarts, stop_timeouts, signalling;
   std::vector<std::pair<int, int>> stop_requests;
 };
 
@@ -112,6 +113,7 @@ TEST_F(SupervisorTest, SignalIsForwardedAndExitCodeIs128PlusIt) {
   s.start();
   s.on_signal(SIGINT);
   EXPECT_EQ(spawner.signals_to(pid_of(s, 0)), std::vector<int>{SIGINT});
+  EXPECT_EQ(listener.signalling, std::vector<int>{SIGINT});
   EXPECT_EQ(spawner.signals_to(pid_of(s, 1)), std::vector<int>{SIGINT});
   s.on_child_exit(pid_of(s, 0), ExitStatus::killed(SIGINT));
   s.on_child_exit(pid_of(s, 1), ExitStatus::killed(SIGINT));
@@ -125,6 +127,7 @@ TEST_F(SupervisorTest, SigtermWithAStopTimeoutLetsTheWorkersStopOnTheirOwn) {
   s.start();
   s.on_signal(SIGTERM);
   EXPECT_TRUE(spawner.signals.empty()) << "nobody is signalled while the ranks stop at a step boundary";
+  EXPECT_TRUE(listener.signalling.empty()) << "so the ranks ignore a SIGTERM from outside (Slurm's)";
   EXPECT_EQ(listener.stop_requests, (std::vector<std::pair<int, int>>{{0, SIGTERM}}));
   ASSERT_TRUE(s.next_deadline().has_value());
   EXPECT_EQ(*s.next_deadline(), clock.now() + 30s);
@@ -163,6 +166,7 @@ TEST_F(SupervisorTest, WorkersThatDoNotStopInTimeAreSignalledAsForAnyStop) {
   clock.advance(30s);
   s.on_tick();
   EXPECT_EQ(listener.stop_timeouts, std::vector<int>{0});
+  EXPECT_EQ(listener.signalling, std::vector<int>{SIGTERM}) << "told before the signal, so the ranks obey it";
   EXPECT_EQ(spawner.signals_to(pid_of(s, 1)), std::vector<int>{SIGTERM});
   EXPECT_TRUE(spawner.signals_to(pid_of(s, 0)).empty());
   ASSERT_TRUE(s.next_deadline().has_value());
@@ -178,6 +182,7 @@ TEST_F(SupervisorTest, ASecondSignalWhileStoppingStopsTheWorkersAtOnce) {
   s.on_signal(SIGTERM);
   s.on_signal(SIGINT);
   EXPECT_EQ(spawner.signals_to(pid_of(s, 0)), std::vector<int>{SIGINT});
+  EXPECT_EQ(listener.signalling, std::vector<int>{SIGINT});
   s.on_child_exit(pid_of(s, 0), ExitStatus::killed(SIGINT));
   ASSERT_TRUE(s.finished());
   EXPECT_EQ(s.exit_code(), 128 + SIGINT);

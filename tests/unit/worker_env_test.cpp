@@ -56,6 +56,14 @@ TEST(WorkerEnv, SetsTheTorchrunEnvironment) {
   EXPECT_EQ(env.at("OMP_NUM_THREADS"), "1");
 }
 
+TEST(WorkerEnv, NamesTheSignalIntentFileOnlyWithAStopTimeout) {
+  EXPECT_EQ(as_map(build_worker_env({}, identity())).count("DDPLAUNCH_SIGNAL_INTENT_FILE"), 0u);
+  WorkerIdentity id = identity();
+  id.signal_intent_file = "/run/agent/7.signal_intent";
+  EXPECT_EQ(as_map(build_worker_env({"DDPLAUNCH_SIGNAL_INTENT_FILE=/stale"}, id)).at("DDPLAUNCH_SIGNAL_INTENT_FILE"),
+            "/run/agent/7.signal_intent");
+}
+
 TEST(WorkerEnv, OneWorkerPerNodeKeepsOpenMpsOwnThreadCountAsTorchrunDoes) {
   WorkerIdentity id = identity();
   id.local_world_size = 1;

@@ -7,12 +7,13 @@ import atexit
 import os
 import sys
 
-from . import announcements, collectives, error_file, public_api, torch_hooks
+from . import announcements, collectives, error_file, public_api, sigterm_guard, torch_hooks
 from .channel import Channel
 from .heartbeat import Agent
 from .progress import STATE
 
 PREFIX = "DDPLAUNCH_COMPANION_"
+SIGNAL_INTENT = "DDPLAUNCH_SIGNAL_INTENT_FILE"
 
 
 def _int_env(name, default):
@@ -30,6 +31,7 @@ def activate():
     # Claim: subprocesses and spawn/forkserver children must not find these.
     for name in [n for n in env if n.startswith(PREFIX)]:
         env.pop(name, None)
+    signal_intent = env.pop(SIGNAL_INTENT, "")
     try:
         channel = Channel(socket_path)
     except OSError as err:
@@ -45,6 +47,10 @@ def activate():
     # Made before the hello that names it; the agent removes its name once mapped.
     agent.announcements = announcements.create(socket_path, pid)
     os.register_at_fork(after_in_child=agent.after_fork_child)
+    # With --stop-timeout: a SIGTERM meant for ddplaunch (Slurm sends it to
+    # every process of the step) must not end the rank before its step boundary.
+    if sigterm_guard.install(signal_intent, rank):
+        os.register_at_fork(after_in_child=sigterm_guard.after_fork_child)
 
     torch = sys.modules.get("torch")
     if torch is not None:

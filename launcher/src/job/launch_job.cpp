@@ -24,6 +24,7 @@
 #include "companion/companion_channel.h"
 #include "companion/companion_install.h"
 #include "exit_codes.h"
+#include "job/rank_signal_intent.h"
 #include "job/stop_request.h"
 #include "job/checkpoint_sync_setup.h"
 #include "membership/job_stop.h"
@@ -95,7 +96,8 @@ struct CompanionSetup {
 std::vector<WorkerSpec> plan_workers(const LaunchPlan& plan, const Assignment& layout,
                                      const std::vector<std::string>& base_env,
                                      const std::map<std::string, std::string>& node_defaults,
-                                     const std::string& agent_socket, const CompanionSetup& companion, int attempt) {
+                                     const std::string& agent_socket, const CompanionSetup& companion,
+                                     const RankSignalIntent& signal_intent, int attempt) {
   std::vector<WorkerSpec> specs;
   for (int local_rank = 0; local_rank < plan.nproc; ++local_rank) {
     const int rank = layout.rank_start + local_rank;
@@ -129,6 +131,7 @@ std::vector<WorkerSpec> plan_workers(const LaunchPlan& plan, const Assignment& l
     id.virtual_local_rank = plan.virtual_local_rank;
     id.companion_dir = companion.dir;
     id.companion_socket = companion.socket;
+    id.signal_intent_file = signal_intent.path().string();
     std::vector<int> cpus;
     if (!plan.rank_cpus.empty()) {
       const auto& own = plan.rank_cpus[static_cast<size_t>(local_rank)];
@@ -167,12 +170,13 @@ NodeDefaults worker_defaults_of_this_node(const std::vector<std::string>& base_e
 class JobListener final : public SupervisorListener {
  public:
   JobListener(const LaunchPlan& plan, OutputRouter& router, EventLoop& loop, WorkerHealthBoard& health,
-              AgentSession& session)
+              AgentSession& session, RankSignalIntent& signal_intent)
       : plan_(plan),
         router_(router),
         loop_(loop),
         health_(health),
         session_(session),
+        signal_intent_(signal_intent),
         oom_(OomProbe::for_current_process()),
         host_(this_host_name()) {}
 
@@ -182,6 +186,7 @@ class JobListener final : public SupervisorListener {
     // job keeps its id and log folder) must not stop this one.
     std::error_code ec;
     fs::remove(attempt_dir(plan_, attempt) / kStopRequestFile, ec);
+    signal_intent_.clear();
     closing_summary_.clear();
     router_.reset_tails();
     copy_filtered_lines(StreamKind::kStdout, plan_.duplicate_stdout_filters, "filtered_stdout.log");
@@ -248,6 +253,7 @@ class JobListener final : public SupervisorListener {
     // chooses it for all nodes (this node asks when it was signalled; the
     // others heard it with their heartbeats). Without the coordinator this
     // node's ranks choose alone.
+    signal_intent_.stopping();  // first: Slurm's SIGTERM may be reaching the ranks as well
     std::optional<JobStop> job =
         signo != 0 ? session_.request_job_stop(fmt::format("{} to ddplaunch on node {} ({})", signal_name(signo),
                                                            node_rank_, host_),
@@ -296,6 +302,8 @@ class JobListener final : public SupervisorListener {
     awaiting_job_stop_.reset();
     on_stop_requested(attempt, 0);
   }
+
+  void on_signalling_workers(int /*attempt*/, int /*signo*/) override { signal_intent_.terminating(); }
 
   void on_stop_timed_out(int /*attempt*/) override {
     spdlog::warn("the ranks did not all stop within the stop timeout of {:.0f} s: stopping them",
@@ -405,6 +413,7 @@ class JobListener final : public SupervisorListener {
   EventLoop& loop_;
   WorkerHealthBoard& health_;  // who to describe when a rank cannot send its stacks
   AgentSession& session_;      // the job-wide stop at a step boundary
+  RankSignalIntent& signal_intent_;  // what a SIGTERM means to the ranks
   Duration stop_timeout_{};    // of the stop now under way
   std::optional<int> awaiting_job_stop_;  // the attempt whose stop step the coordinator has yet to choose
   OomProbe oom_;
@@ -655,7 +664,12 @@ int run_launch(const LaunchPlan& plan, OrphanSentinel* sentinel, const DetachedR
 
   OutputRouter router(std::max(plan.node_rank, 0), STDOUT_FILENO, STDERR_FILENO);
   EventLoop loop(router, SystemClock::instance());
-  JobListener listener(plan, router, loop, health, session);
+  // With --stop-timeout the ranks keep a SIGTERM from outside (Slurm's) and
+  // ask this file what it means (rank_signal_intent.h).
+  RankSignalIntent signal_intent(plan.stop_timeout > Duration::zero()
+                                     ? fs::path(fmt::format("{}/{}.signal_intent", runtime_dir, getpid()))
+                                     : fs::path());
+  JobListener listener(plan, router, loop, health, session, signal_intent);
   PosixSpawner spawner(sentinel);
   SupervisorConfig config;
   config.shutdown_grace = plan.shutdown_grace;
@@ -677,7 +691,7 @@ int run_launch(const LaunchPlan& plan, OrphanSentinel* sentinel, const DetachedR
       for (const auto& note : defaults.notes) spdlog::info("{}", note);
       defaults_told = true;
     }
-    return plan_workers(plan, layout, base_env, defaults.env, socket_path, companion_setup, attempt);
+    return plan_workers(plan, layout, base_env, defaults.env, socket_path, companion_setup, signal_intent, attempt);
   };
   Supervisor supervisor(std::move(config), spawner, SystemClock::instance(), listener, session);
   loop.watch_wakeup(wakeup.fd(), [&](Supervisor& s) {

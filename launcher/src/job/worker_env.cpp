@@ -68,6 +68,7 @@ std::vector<std::string> build_worker_env(const std::vector<std::string>& base, 
       {"DDPLAUNCH_NNODES", std::to_string(id.group_world_size)},
   };
 
+  if (!id.signal_intent_file.empty()) overrides["DDPLAUNCH_SIGNAL_INTENT_FILE"] = id.signal_intent_file;
   if (id.virtual_local_rank) overrides["CUDA_VISIBLE_DEVICES"] = own_cuda_device(base, id.local_rank);
   std::map<std::string, std::string> companion_defaults;
   if (!id.companion_dir.empty()) {

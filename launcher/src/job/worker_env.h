@@ -26,6 +26,8 @@ struct WorkerIdentity {
   std::string error_file;    // TORCHELASTIC_ERROR_FILE
   std::string rank_log_dir;  // DDPLAUNCH_RANK_LOG_DIR
   std::string stop_file;     // DDPLAUNCH_STOP_FILE: where a stop request appears (stop_request.h)
+  /// DDPLAUNCH_SIGNAL_INTENT_FILE: what a SIGTERM means (rank_signal_intent.h); empty without --stop-timeout.
+  std::string signal_intent_file;
   std::string agent_socket;  // DDPLAUNCH_AGENT_SOCKET: the local agent service
   std::string token;         // DDPLAUNCH_TOKEN: proves the worker belongs to the job
   int64_t heartbeat_interval_ms = 1000;  // DDPLAUNCH_HEARTBEAT_INTERVAL_MS

@@ -173,6 +173,8 @@ void Supervisor::begin_teardown() {
 }
 
 void Supervisor::signal_running(int signo) {
+  if (all_ended()) return;
+  listener_.on_signalling_workers(attempt_, signo);
   for (const WorkerRecord& w : workers_) {
     if (w.state == WorkerState::kRunning) spawner_.signal_group(w.pid, signo);
   }

@@ -78,6 +78,9 @@ class SupervisorListener {
   virtual void on_stop_requested(int /*attempt*/, int /*signo*/) {}
   /// They did not all end within stop_timeout: they are signalled now.
   virtual void on_stop_timed_out(int /*attempt*/) {}
+  /// The running workers are about to be sent signo by ddplaunch itself
+  /// (teardown, a forwarded signal, SIGKILL after the grace).
+  virtual void on_signalling_workers(int /*attempt*/, int /*signo*/) {}
 };
 
 /// How an attempt ended, for the arbiter.
