@@ -8,6 +8,9 @@ do: `sbatch deploy/slurm/ddplaunch.sbatch` with only the settings its header nam
           queue empty, no process left on either node
   test_4  scancel of a running job: clean teardown on both nodes (state and exit
           code printed); `ddplaunch status` from the host namespace while it runs
+  test_4b scancel --signal=TERM (what --signal=TERM@T, a preemption and a time limit
+          send): every rank stops after one step and checkpoints, the batch script
+          requeues the job, and the requeued job resumes there and completes
   test_5  measurements (printed, not asserted): sbatch -> first step, against
           ddplaunch started directly in the namespaces and against torchrun's Slurm
           recipe (tests/integration/slurm/torchrun_peer.sbatch), and crash -> job end.
@@ -21,7 +24,8 @@ import unittest
 from pathlib import Path
 
 from launcher_harness import BIN, PYTHON, REPO, free_port, torch_available, wait_until
-from slurm_cluster import SlurmClusterTestCase
+from slurm_cluster import SlurmClusterTestCase, _which
+from test_ddptrain import checkpoint_steps
 
 HERE = Path(__file__).resolve().parent
 DDPTRAIN = Path(os.environ.get("DDPTRAIN_BIN") or (REPO / "build" / "worker" / "ddptrain" / "ddptrain")).absolute()
@@ -277,6 +281,52 @@ class SlurmTest(SlurmClusterTestCase):
         self.assertIn("4 rank(s) on 2 node(s)", status_text)
         for rank in range(4):
             self.assertRegex(status_text, rf"(?m)^\s*{rank}\s+sn{rank // 2}\s+\d+\s", status_text)
+
+    def test_4b_scancel_signal_term_stops_at_one_step_and_the_requeued_job_resumes(self):
+        c = self.cluster
+        ck = c.tmp / "preempted-ck"
+        program = [DDPTRAIN, "--batch-size", "8", "--samples", "512", "--mlp-sizes", "32,1024,1024,10",
+                   "--log-every", "0", "--steps", "1000", "--device", "cpu", "--checkpoint-dir", ck,
+                   "--checkpoint-every", "100"]
+        job_id, _ = self.submit(SBATCH_FILE, program, first_step=re.compile("joined as node 1 of 2"),
+                                wait_end=False)
+        if not wait_until(lambda: max(checkpoint_steps(ck), default=0) >= 200, 90, 0.1):
+            c.scancel(job_id)
+            self.fail(f"no checkpoint of step 200 within 90 s:\n{self.output(job_id)[-4000:]}")
+        # Slurm signals every process of the step, the ranks included (proctrack/linuxproc)
+        t0 = time.monotonic()
+        r = c.scancel(job_id, "--signal=TERM")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        requeued = wait_until(lambda: c.job(job_id).get("Restarts") == "1"
+                              and c.job_state(job_id) == "PENDING", 90, 0.1)
+        signal_to_requeue = time.monotonic() - t0
+        self.assertTrue(requeued, f"{c.job(job_id)}\n{self.output(job_id)[-5000:]}{c.logs()}")
+        # Slurm holds a requeued job for AuthInfo's cred_expire + 1 s (121 s by
+        # default) before it may start again; an administrator can start it now.
+        r = c.run([_which("scontrol"), "update", f"jobid={job_id}", "StartTime=now"])
+        self.assertEqual(r.returncode, 0, r.stderr)
+        state = c.wait_state(job_id, END_STATES, 120)
+        out = self.output(job_id)
+        job = c.job(job_id)
+        self.assertEqual((state, job.get("Restarts"), job.get("ExitCode")), ("COMPLETED", "1", "0:0"),
+                         f"{job}\n{out[-6000:]}{c.logs()}")
+        # the first run (kept by the sbatch's --open-mode=append): one step for all, saved
+        self.assertEqual(out.count("ignoring a SIGTERM from outside ddplaunch"), 4, out)
+        m = re.search(r"ddptrain: stopping after step (\d+) of 1000 as ddplaunch asked \(checkpoint written\)", out)
+        self.assertIsNotNone(m, out)
+        stopped_at = int(m.group(1))
+        self.assertEqual(out.count(f"asking the ranks to stop once they have completed step {stopped_at} and exit"),
+                         2, out)
+        self.assertNotIn("did not all stop", out)
+        self.assertIn(f"ddplaunch: stopped at a step boundary; requeueing job {job_id}", out)
+        # the second run: resumed from that step on both nodes, finished
+        self.assertIn(f"(step {stopped_at})", out)
+        self.assertEqual(out.count(f"job {job_id}: all worker(s) succeeded"), 2, out)
+        self.assertEqual(max(checkpoint_steps(ck)), 1000, out)
+        self.assert_nodes_clean(job_id)
+        self.figures["scancel --signal=TERM -> batch script requeued the job (PENDING, Restarts=1)"] = \
+            signal_to_requeue
+        self.figures["scancel --signal=TERM: stopped after step / resumed at step"] = f"{stopped_at} / {stopped_at}"
 
     @unittest.skipUnless(TORCH_OK, "/usr/bin/python3 (PYTHON_EXEC) cannot import torch.distributed")
     def test_5_measurements(self):
