@@ -319,7 +319,9 @@ class SlurmCluster:
             "SchedulerType=sched/backfill",
             "SlurmdParameters=config_overrides",
             "ReturnToService=2",
-            "KillWait=5",
+            # Slurm's default: after scancel's (or a time limit's) SIGTERM, a job's
+            # ranks have this long to stop at a step boundary before SIGKILL.
+            "KillWait=30",
             "MinJobAge=600",
             "InactiveLimit=0",
             "MessageTimeout=10",

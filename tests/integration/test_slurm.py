@@ -275,6 +275,10 @@ class SlurmTest(SlurmClusterTestCase):
         self.figures["scancel -> end state"] = cancel_to_end
         self.figures["scancel -> no process on either node"] = cancel_to_clean
         self.assertEqual(state, "CANCELLED", f"{job}\n{out[-3000:]}")
+        # --stop-timeout in the sbatch: scancel's SIGTERM, like a preemption's, lets every
+        # rank stop after one step (ddptrain saves if asked to) before Slurm's KillWait
+        self.assertEqual(len(re.findall(r"asking the ranks to stop once they have completed step \d+", out)), 2, out)
+        self.assertNotIn("Killed", out)
         # status: both nodes' ranks 0..3, each on its node
         self.assertEqual(st.returncode, 0, status_text)
         self.assertIn(f"job {job_id}: generation 0 (running)", status_text)
