@@ -24,6 +24,13 @@ class SigtermGuardTest(CompanionTestCase):
         rank.wait_line(lambda l: l.startswith("ready"), 30, "ready")
         return rank
 
+    def wait_stderr(self, rank, text, timeout=10):
+        deadline = time.monotonic() + timeout
+        while text not in rank.stderr_text():
+            if time.monotonic() > deadline:
+                self.fail("the rank never said %r; stderr:\n%s" % (text, rank.stderr_text()))
+            time.sleep(0.02)
+
     def still_alive(self, rank):
         rank.write("are you there?\n")
         before = sum(1 for l in rank.lines if l == "alive")
@@ -33,8 +40,8 @@ class SigtermGuardTest(CompanionTestCase):
     def test_keeps_a_sigterm_while_a_stop_is_under_way_and_dies_of_one_when_ddplaunch_terminates(self):
         rank = self.start_target(intent="stopping")
         os.kill(rank.proc.pid, signal.SIGTERM)
+        self.wait_stderr(rank, "rank 0 ignores a SIGTERM from outside ddplaunch")  # said by the guard's thread
         self.still_alive(rank)
-        self.assertIn("rank 0 ignores a SIGTERM from outside ddplaunch", rank.stderr_text())
         self.intent.write_text("terminating\n")
         os.kill(rank.proc.pid, signal.SIGTERM)
         self.assertEqual(rank.proc.wait(10), -signal.SIGTERM, rank.stderr_text())
