@@ -9,6 +9,7 @@
 #include <ctime>
 #include <fstream>
 #include <iterator>
+#include <limits>
 #include <mutex>
 #include <string>
 
@@ -123,10 +124,14 @@ std::optional<int64_t> parse_stop_at_step(const std::string& text) {
   ++i;
   skip_space();
   if (text.compare(i, 4, "null") == 0) return -1;
+  // Every digit counts: stopping after some of them would read another step.
+  // More than an int64 holds is no step ddplaunch wrote.
   int64_t value = 0;
   size_t digits = 0;
-  for (; i < text.size() && text[i] >= '0' && text[i] <= '9' && digits < 18; ++i, ++digits) {
-    value = value * 10 + (text[i] - '0');
+  for (; i < text.size() && text[i] >= '0' && text[i] <= '9'; ++i, ++digits) {
+    const int digit = text[i] - '0';
+    if (value > (std::numeric_limits<int64_t>::max() - digit) / 10) return std::nullopt;
+    value = value * 10 + digit;
   }
   if (digits == 0) return std::nullopt;
   return value;

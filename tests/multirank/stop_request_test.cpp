@@ -3,6 +3,7 @@
 #include <stdlib.h>
 #include <unistd.h>
 
+#include <cstdint>
 #include <filesystem>
 #include <fstream>
 #include <string>
@@ -21,6 +22,15 @@ TEST(StopRequest, TheStepIsReadFromTheRequest) {
   EXPECT_FALSE(ddp::parse_stop_at_step(R"({"stop_at_step": "soon"})"));
   EXPECT_FALSE(ddp::parse_stop_at_step(R"({"stop_at_step"})"));
   EXPECT_FALSE(ddp::parse_stop_at_step(R"({"stop_at_step": -3})"));
+}
+
+TEST(StopRequest, EveryDigitOfTheStepIsRead) {
+  // 19 digits used to be cut to 18, a step ten times smaller.
+  EXPECT_EQ(ddp::parse_stop_at_step(R"({"stop_at_step":9223372036854775807})"), INT64_MAX);
+  EXPECT_EQ(ddp::parse_stop_at_step(R"({"stop_at_step":1000000000000000000})"), 1000000000000000000);
+  EXPECT_EQ(ddp::parse_stop_at_step(R"({"stop_at_step":00000000000000000000012})"), 12);
+  EXPECT_FALSE(ddp::parse_stop_at_step(R"({"stop_at_step":9223372036854775808})"));
+  EXPECT_FALSE(ddp::parse_stop_at_step(R"({"stop_at_step":99999999999999999999999})"));
 }
 
 TEST(StopRequest, ARankStopsOnceItHasBegunTheLastStep) {

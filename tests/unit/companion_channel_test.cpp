@@ -88,6 +88,31 @@ TEST(CompanionMessages, HeartbeatFieldsOfTheWrongTypeOrRangeAreIgnored) {
   EXPECT_EQ(r->recent[0].bytes, 0);
 }
 
+TEST(CompanionMessages, AHugeAgeIsClampedNotOverflowed) {
+  // 2^63-1 ms overflowed the conversion to Duration's nanoseconds (undefined
+  // behaviour, caught by the fuzz target's sanitizers).
+  const auto hello = parse_companion_hello(kHello);
+  const auto r = parse_companion_heartbeat(
+      R"j({"type":"heartbeat","recent":[{"sequence":1,"age_ms":9223372036854775807}]})j", *hello, 1, 0, "h");
+  ASSERT_TRUE(r);
+  ASSERT_EQ(r->recent.size(), 1u);
+  EXPECT_EQ(r->recent[0].age, std::chrono::milliseconds(1'000'000'000'000));
+}
+
+TEST(CompanionMessages, LongTextIsCutBetweenCharacters) {
+  // Cutting at 4096 bytes split this "é", and the invalid UTF-8 left would be
+  // refused by protobuf and JSON further on.
+  const std::string name = std::string(4095, 'a') + "\xc3\xa9";
+  const auto s = parse_companion_stacks(R"j({"type":"stacks","threads":[{"name":")j" + name + R"j("}]})j", 4);
+  ASSERT_TRUE(s);
+  ASSERT_EQ(s->threads.size(), 1u);
+  EXPECT_EQ(s->threads[0].name, std::string(4095, 'a'));
+  const std::string fits = std::string(4094, 'a') + "\xc3\xa9";
+  const auto f = parse_companion_stacks(R"j({"type":"stacks","threads":[{"name":")j" + fits + R"j("}]})j", 4);
+  ASSERT_TRUE(f);
+  EXPECT_EQ(f->threads[0].name, fits);
+}
+
 TEST(CompanionMessages, LongListsKeepTheirNewestEntries) {
   const auto hello = parse_companion_hello(kHello);
   std::string recent;

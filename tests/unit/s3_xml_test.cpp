@@ -124,5 +124,24 @@ TEST(S3XmlTest, NoExternalEntities) {
   EXPECT_EQ(error->message.find("root:"), std::string::npos);
 }
 
+std::string repeated(const std::string& text, int times) {
+  std::string out;
+  for (int i = 0; i < times; ++i) out += text;
+  return out;
+}
+
+TEST(S3XmlTest, InternalEntitiesAreNotExpanded) {
+  // Two levels of entities in a DTD made this 7 KB body a message of 10^9
+  // characters (about 2 GB of memory) when entity references were expanded.
+  const std::string body = "<?xml version=\"1.0\"?><!DOCTYPE Error [<!ENTITY a \"" + repeated("x", 1000) +
+                           "\"><!ENTITY b \"" + repeated("&a;", 1000) + "\">]><Error><Code>X</Code>" +
+                           "<Message>Slow &amp; " + repeated("&b;", 1000) + "down</Message></Error>";
+  const auto error = parse_error(body);
+  ASSERT_TRUE(error);
+  EXPECT_EQ(error->code, "X");
+  ASSERT_LT(error->message.size(), body.size());  // not a gigabyte in the failure message
+  EXPECT_EQ(error->message, "Slow & down");
+}
+
 }  // namespace
 }  // namespace ddp

@@ -85,6 +85,18 @@ TEST(SlurmNodelist, AbsurdSizesAreRefusedNotAllocated) {
   EXPECT_THROW(expand_slurm_nodelist("n[1234567890]"), UsageError);
 }
 
+TEST(SlurmNodelist, LongHostNamesAreRefusedBeforeTheyMultiply) {
+  // 2^20 names of 2000 characters each, from a 2 KB list, took gigabytes.
+  const std::string prefix(2000, 'a');
+  EXPECT_NE(usage_error_of([&] { expand_slurm_nodelist(prefix + "[0-1048575]"); }).find("longer than 255"),
+            std::string::npos);
+  EXPECT_THROW(expand_slurm_nodelist("n[0-1048575]" + prefix), UsageError);
+  EXPECT_THROW(expand_slurm_nodelist(std::string(256, 'h')), UsageError);
+  EXPECT_EQ(expand_slurm_nodelist(std::string(252, 'h') + "[1-2]"),
+            (Hosts{std::string(252, 'h') + "1", std::string(252, 'h') + "2"}));
+  EXPECT_EQ(expand_slurm_nodelist(std::string(255, 'h')), (Hosts{std::string(255, 'h')}));
+}
+
 // ------------------------------------------------------------------ single node
 
 TEST(SchedulerDetect, NothingSetIsASingleNode) {

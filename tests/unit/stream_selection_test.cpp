@@ -57,6 +57,8 @@ TEST(ParseInt, WholeNonNegativeNumbersOnly) {
   EXPECT_FALSE(parse_int("", v));
   EXPECT_FALSE(parse_int("-3", v));
   EXPECT_FALSE(parse_int("99999999999", v));
+  EXPECT_FALSE(parse_int("-0", v));  // from_chars reads it as 0
+  EXPECT_THROW(parse_local_ranks_filter("-0", 4), UsageError);
 }
 
 }  // namespace

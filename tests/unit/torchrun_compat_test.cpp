@@ -194,6 +194,27 @@ TEST(LaunchPlanTorchrun, ElasticNodeCountsAndLastCall) {
   EXPECT_THROW(plan_of({"--nnodes=0:1", "true"}), UsageError);
 }
 
+TEST(LaunchPlanTorchrun, RdzvConfTimeoutsOutOfRangeAreRefused) {
+  // "1e300" and "inf" overflowed the conversion to nanoseconds (undefined
+  // behaviour); "1e-12" became a timeout of no time at all.
+  for (const char* conf : {"--rdzv-conf=join_timeout=1e300", "--rdzv-conf=node_timeout=inf",
+                           "--rdzv-conf=heartbeat_interval=1e-12", "--rdzv-conf=last_call_timeout=nan"}) {
+    EXPECT_THROW(plan_of({conf, "true"}), UsageError) << conf;
+  }
+  EXPECT_EQ(plan_of({"--rdzv-conf=join_timeout=1e9", "true"}).join_timeout, std::chrono::seconds(1'000'000'000));
+  EXPECT_EQ(plan_of({"--rdzv-conf=node_timeout=1e-9", "true"}).node_timeout, std::chrono::nanoseconds(1));
+}
+
+TEST(LaunchPlanTorchrun, SecondsOptionsOutOfRangeAreRefused) {
+  // The same conversion for the command line's seconds: a usage error, not undefined behaviour.
+  for (const char* option : {"--hang-timeout=1e300", "--stop-timeout=inf", "--shutdown-grace=1e10",
+                             "--heartbeat-interval=nan", "--sync-wait=1e300"}) {
+    EXPECT_THROW(plan_of({option, "true"}), UsageError) << option;
+  }
+  EXPECT_EQ(plan_of({"--hang-timeout=1e9", "true"}).hang_timeout, std::chrono::seconds(1'000'000'000));
+  EXPECT_EQ(plan_of({"--stop-timeout=0", "true"}).stop_timeout, Duration::zero());
+}
+
 TEST(LaunchPlanFailover, AnEndpointListGivesTheLaterEndpointsInOrderWithTheFirstsPortByDefault) {
   const auto p = plan_of({"--nnodes=1:3", "--node-rank=1", "--rdzv-endpoint=192.0.2.1:29400,192.0.2.2,[fd00::3]:7000",
                           "true"});

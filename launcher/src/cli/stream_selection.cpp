@@ -29,9 +29,11 @@ int parse_local_rank(const std::string& option, const std::string& text, int npr
 }  // namespace
 
 bool parse_int(const std::string& text, int& value) {
+  // from_chars takes a minus sign, and "-0" would pass the value check.
+  if (text.empty() || text.front() == '-') return false;
   const char* end = text.data() + text.size();
   auto [ptr, ec] = std::from_chars(text.data(), end, value);
-  return !text.empty() && ec == std::errc() && ptr == end && value >= 0;
+  return ec == std::errc() && ptr == end && value >= 0;
 }
 
 StreamSelection StreamSelection::parse(const std::string& option, const std::string& spec, int nproc) {

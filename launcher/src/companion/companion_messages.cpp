@@ -17,6 +17,9 @@ constexpr size_t kMaxRecent = 64;
 constexpr size_t kMaxThreads = 64;
 constexpr size_t kMaxFrames = 256;
 constexpr size_t kMaxText = 4096;
+// Ages beyond this are clamped: a larger count of milliseconds would overflow
+// Duration's nanoseconds (1e12 ms is 1e9 s, as seconds_field allows).
+constexpr int64_t kMaxAgeMs = 1'000'000'000'000;
 
 std::optional<json> parse_object(const std::string& text) {
   json j = json::parse(text, nullptr, /*allow_exceptions=*/false);
@@ -28,7 +31,13 @@ std::string text_field(const json& j, const char* key) {
   const auto it = j.find(key);
   if (it == j.end() || !it->is_string()) return {};
   std::string s = it->get<std::string>();
-  if (s.size() > kMaxText) s.resize(kMaxText);
+  if (s.size() > kMaxText) {
+    // Cut between characters, not inside one: the text goes on into protobuf
+    // strings and JSON, which refuse invalid UTF-8 (nlohmann checked the input).
+    size_t n = kMaxText;
+    while (n > 0 && (static_cast<unsigned char>(s[n]) & 0xc0) == 0x80) --n;
+    s.resize(n);
+  }
   return s;
 }
 
@@ -123,7 +132,7 @@ std::optional<RankReport> parse_companion_heartbeat(const std::string& text, con
       seen.bytes = std::max<int64_t>(int_field(c, "bytes", 0), 0);
       seen.dtype = text_field(c, "dtype");
       seen.state = text_field(c, "state");
-      seen.age = std::chrono::milliseconds(std::max<int64_t>(int_field(c, "age_ms", 0), 0));
+      seen.age = std::chrono::milliseconds(std::clamp<int64_t>(int_field(c, "age_ms", 0), 0, kMaxAgeMs));
       r.recent.push_back(std::move(seen));
     }
   }

@@ -16,8 +16,9 @@ struct DocFree {
 };
 using Doc = std::unique_ptr<xmlDoc, DocFree>;
 
-// Parses `body` quietly: no network access, no entity expansion, no messages
-// on stderr (a bad answer becomes a Status, not noise in the job's output).
+// Parses `body` quietly: no network access, no entity substitution (see
+// text()), no messages on stderr (a bad answer becomes a Status, not noise in
+// the job's output).
 Doc read_xml(const std::string& body) {
   static const bool initialized = [] {
     xmlInitParser();
@@ -46,12 +47,18 @@ const xmlNode* child(const xmlNode* parent, const char* local_name) {
   return nullptr;
 }
 
-// The text of an element (entities such as &quot; decoded), "" if none.
+// The text of an element (&quot;, &#13; and the like decoded), "" if none.
+// Only its text and CDATA children count: a reference to an entity of the
+// document's own DTD is left out, not expanded (xmlNodeGetContent would), as
+// S3 sends no DTD and a hostile one blows a few kilobytes up to gigabytes.
 std::string text(const xmlNode* n) {
   if (n == nullptr) return {};
-  xmlChar* content = xmlNodeGetContent(n);
-  std::string s = content != nullptr ? reinterpret_cast<const char*>(content) : "";
-  xmlFree(content);
+  std::string s;
+  for (const xmlNode* c = n->children; c != nullptr; c = c->next) {
+    if ((c->type == XML_TEXT_NODE || c->type == XML_CDATA_SECTION_NODE) && c->content != nullptr) {
+      s += reinterpret_cast<const char*>(c->content);
+    }
+  }
   return s;
 }
 

@@ -46,11 +46,27 @@ std::pair<int, std::string> resolve_nproc(const std::string& spec, const GetEnv&
 }
 
 
+// At most about 31 years: beyond Duration's range (292 years) the conversion
+// is undefined, and "inf" or "1e300" is a typo, not a timeout.
+constexpr double kMaxConfSeconds = 1e9;
+
 Duration seconds_value(const std::string& key, const std::string& value) {
   char* end = nullptr;
   const double s = std::strtod(value.c_str(), &end);
-  if (value.empty() || *end != '\0' || !(s > 0)) {
-    throw UsageError(fmt::format("--rdzv-conf {}={}: not a positive number of seconds", key, value));
+  const auto refuse = [&] {
+    throw UsageError(fmt::format("--rdzv-conf {}={}: not a positive number of seconds (at most 1e9)", key, value));
+  };
+  if (value.empty() || *end != '\0' || !(s > 0) || !(s <= kMaxConfSeconds)) refuse();
+  const auto d = std::chrono::duration_cast<Duration>(std::chrono::duration<double>(s));
+  if (d <= Duration::zero()) refuse();  // "1e-12" rounds to no time at all
+  return d;
+}
+
+// A command-line option in seconds (--hang-timeout, --stop-timeout, ...):
+// zero or more, at most kMaxConfSeconds, so the conversion stays defined.
+Duration option_seconds(const char* option, double s) {
+  if (!(s >= 0) || s > kMaxConfSeconds) {
+    throw UsageError(fmt::format("--{} {}: expected a number of seconds from 0 to 1e9", option, s));
   }
   return std::chrono::duration_cast<Duration>(std::chrono::duration<double>(s));
 }
@@ -270,8 +286,8 @@ LaunchPlan resolve_launch_plan(const LaunchOptions& o, const GetEnv& getenv) {
   if (o.max_restarts < 0) throw UsageError("--max-restarts must be >= 0");
   plan.max_restarts = o.max_restarts;
   plan.role = o.role;
-  plan.shutdown_grace = std::chrono::duration_cast<Duration>(std::chrono::duration<double>(o.shutdown_grace_s));
-  plan.stop_timeout = std::chrono::duration_cast<Duration>(std::chrono::duration<double>(o.stop_timeout_s));
+  plan.shutdown_grace = option_seconds("shutdown-grace", o.shutdown_grace_s);
+  plan.stop_timeout = option_seconds("stop-timeout", o.stop_timeout_s);
   for (const std::string& spec : o.sync) {
     std::string why;
     std::optional<SyncTarget> target = parse_sync_target(spec, why);
@@ -280,11 +296,11 @@ LaunchPlan resolve_launch_plan(const LaunchOptions& o, const GetEnv& getenv) {
   }
   if (o.sync_delete && o.sync.empty()) throw UsageError("--sync-delete needs a --sync DIR=s3://BUCKET/PREFIX");
   plan.sync.mirror_deletions = o.sync_delete;
-  plan.sync.final_wait = std::chrono::duration_cast<Duration>(std::chrono::duration<double>(o.sync_wait_s));
+  plan.sync.final_wait = option_seconds("sync-wait", o.sync_wait_s);
   plan.max_node_failures = o.max_node_failures;
   plan.grow = o.grow;
-  plan.heartbeat_interval = std::chrono::duration_cast<Duration>(std::chrono::duration<double>(o.heartbeat_interval_s));
-  plan.hang_timeout = std::chrono::duration_cast<Duration>(std::chrono::duration<double>(o.hang_timeout_s));
+  plan.heartbeat_interval = option_seconds("heartbeat-interval", o.heartbeat_interval_s);
+  plan.hang_timeout = option_seconds("hang-timeout", o.hang_timeout_s);
   plan.python_companion = !o.no_python_companion;
   if (!o.nccl_debug.empty()) {
     std::string level = o.nccl_debug;

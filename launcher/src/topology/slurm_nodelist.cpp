@@ -13,6 +13,10 @@ namespace {
 // A node list that expands past this is a typo ("node[0-99999999]"), not a
 // cluster; refusing it keeps a bad variable from eating the agent's memory.
 constexpr std::size_t kMaxNodes = std::size_t{1} << 20;
+// No host name is longer than a DNS name (253). Without this cap the node
+// count alone does not bound the memory: a long name times 2^20 nodes is
+// gigabytes, from a list of a few kilobytes.
+constexpr std::size_t kMaxHostName = 255;
 
 // Every node-list error quotes the whole variable and the piece at fault, so
 // the user can find it in a long list.
@@ -90,10 +94,18 @@ std::vector<std::string> expand_bracket(const std::string& body, const std::stri
 // the leftmost varying slowest ("r[1-2]-n[1-2]" -> r1-n1 r1-n2 r2-n1 r2-n2).
 std::vector<std::string> expand_host_pattern(const std::string& pattern, const std::string& whole) {
   std::vector<std::string> hosts{""};
+  std::size_t longest = 0;  // checked before the names grow, not after
+  const auto check_longest = [&] {
+    if (longest > kMaxHostName) {
+      malformed_nodelist(whole, fmt::format("a host name longer than {} characters", kMaxHostName), pattern);
+    }
+  };
   std::size_t pos = 0;
   while (pos < pattern.size()) {
     const auto open = pattern.find('[', pos);
     const std::string literal = pattern.substr(pos, open == std::string::npos ? std::string::npos : open - pos);
+    longest += literal.size();
+    check_longest();
     for (auto& h : hosts) h += literal;
     if (open == std::string::npos) break;
     const auto close = pattern.find(']', open);  // present: split_host_patterns checked the brackets
@@ -101,6 +113,10 @@ std::vector<std::string> expand_host_pattern(const std::string& pattern, const s
     if (hosts.size() * choices.size() > kMaxNodes) {
       malformed_nodelist(whole, fmt::format("more than {} nodes", kMaxNodes), pattern);
     }
+    longest += std::max_element(choices.begin(), choices.end(), [](const std::string& a, const std::string& b) {
+                 return a.size() < b.size();
+               })->size();
+    check_longest();
     std::vector<std::string> grown;
     grown.reserve(hosts.size() * choices.size());
     for (const auto& h : hosts) {

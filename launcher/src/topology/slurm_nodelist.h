@@ -13,7 +13,8 @@ namespace ddp {
 /// the width of a range's lower bound; several bracket groups in one name
 /// multiply out, the leftmost varying slowest; commas inside brackets separate
 /// ranges, outside them hosts. Throws UsageError quoting the offending text on
-/// malformed input ("node[1-", "a[3-1]", "a,,b", "[]") or an absurd size.
+/// malformed input ("node[1-", "a[3-1]", "a,,b", "[]") or an absurd size
+/// (more than 2^20 hosts, or a host name longer than 255 characters).
 std::vector<std::string> expand_slurm_nodelist(const std::string& nodelist);
 
 }  // namespace ddp
