@@ -20,6 +20,8 @@ packages=(
   libgtest-dev libgmock-dev python3 python3-torch procps iproute2 util-linux
   # the sync benchmark's peer: aws s3 cp
   awscli
+  # the fuzz targets (tests/fuzz): clang++-14 with libFuzzer and its sanitizers
+  clang-14 libclang-rt-14-dev
   # the cluster tests: a real Slurm (controller, node daemons, munge) and Open MPI
   slurmctld slurmd slurm-client munge openmpi-bin
 )
