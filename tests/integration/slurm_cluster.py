@@ -296,7 +296,10 @@ class SlurmCluster:
             f"SlurmdPort={self.slurmd_port}",
             "AuthType=auth/munge",
             "CredType=cred/munge",
-            f"AuthInfo=socket={self.munge_socket}",
+            # cred_expire (default 120 s) also holds a requeued job back for that
+            # long + 1 s, while the nodes refuse its revoked credential; 5 s is
+            # Slurm's least, so requeue tests finish in seconds.
+            f"AuthInfo=socket={self.munge_socket},cred_expire=5",
             "SlurmUser=root",
             "SlurmdUser=root",
             f"StateSaveLocation={t / 'state'}",
@@ -317,6 +320,9 @@ class SlurmCluster:
             "SelectType=select/cons_tres",
             "SelectTypeParameters=CR_Core",
             "SchedulerType=sched/backfill",
+            # A scheduling pass every second: a job that becomes eligible (a
+            # requeued one after its hold) starts at once, not up to 30 s later.
+            "SchedulerParameters=sched_interval=1,bf_interval=1",
             "SlurmdParameters=config_overrides",
             "ReturnToService=2",
             # Slurm's default: after scancel's (or a time limit's) SIGTERM, a job's
