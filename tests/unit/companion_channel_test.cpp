@@ -41,9 +41,18 @@ TEST(CompanionMessages, HelloIsParsed) {
 TEST(CompanionMessages, MalformedInputYieldsNothing) {
   for (const char* text : {"", "[]", "nul", "{\"type\":\"hello\"}", R"j({"type":"hello","rank":"4","generation":0})j",
                            R"j({"type":"hello","rank":-1,"generation":0})j", R"j({"type":"hello","rank":99999999999,"generation":0})j",
+                           R"j({"type":"hello","rank":0,"local_rank":-2,"generation":0})j",
+                           R"j({"type":"hello","rank":0,"local_rank":-2147483648,"generation":0})j",
                            R"j({"type":"heartbeat"})j"}) {
     EXPECT_FALSE(parse_companion_hello(text)) << text;
   }
+  // Left out, local_rank reads as -1 (unknown); given, it is a local rank.
+  const auto without = parse_companion_hello(R"j({"type":"hello","rank":0,"generation":0})j");
+  ASSERT_TRUE(without);
+  EXPECT_EQ(without->local_rank, -1);
+  const auto given = parse_companion_hello(R"j({"type":"hello","rank":3,"local_rank":1,"generation":0})j");
+  ASSERT_TRUE(given);
+  EXPECT_EQ(given->local_rank, 1);
   EXPECT_EQ(companion_message_kind("{not json"), CompanionMessageKind::kUnknown);
   EXPECT_EQ(companion_message_kind(R"j({"type":5})j"), CompanionMessageKind::kUnknown);
 }

@@ -147,5 +147,65 @@ TEST(LaunchOptions, PetVariablesSetTorchrunsFlags) {
   EXPECT_EQ(o->start_method, "forkserver");
 }
 
+TEST(LaunchOptions, AnEmptyValueAfterTheEqualsSignIsTheValueNotTheProgram) {
+  // CLI11 took the next argument as the value of "--role=": PROGRAM became
+  // the role and its first argument ran as the program.
+  const auto o = parse({"--role=", "prog", "a"});
+  ASSERT_TRUE(o);
+  EXPECT_EQ(o->role, "");
+  EXPECT_EQ(o->command, (std::vector<std::string>{"prog", "a"}));
+  EXPECT_EQ(parse({"--signals-to-handle=", "prog"})->signals_to_handle, "");
+  EXPECT_EQ(parse({"--log_dir=", "prog"})->command, (std::vector<std::string>{"prog"}));
+  EXPECT_EQ(parse({"--nproc=", "prog"})->nproc_per_node, "");  // an abbreviation too
+  // a number cannot be empty
+  EXPECT_EQ(usage_error({"--master-port=", "prog"}), "--master-port= has no value: expected a number");
+  EXPECT_NE(usage_error({"--max-restarts=", "prog"}).find("--max-restarts="), std::string::npos);
+  EXPECT_NE(usage_error({"--hang-timeout=", "prog"}).find("--hang-timeout="), std::string::npos);
+}
+
+TEST(LaunchOptions, NumberChecksSayWhatIsWrongInOneShortLine) {
+  // CLI11's own checks spelled out the largest double, 309 digits.
+  EXPECT_EQ(usage_error({"--max-restarts=-1", "prog"}), "--max-restarts: '-1' is not a number >= 0");
+  EXPECT_EQ(usage_error({"--node-rank=first", "prog"}), "--node-rank: 'first' is not a number >= 0");
+  EXPECT_EQ(usage_error({"--heartbeat-interval=0", "prog"}), "--heartbeat-interval: '0' is not a number > 0");
+  EXPECT_EQ(usage_error({"--hang-timeout=nan", "prog"}), "--hang-timeout: 'nan' is not a number > 0");
+  EXPECT_EQ(parse({"--shutdown-grace=0", "prog"})->shutdown_grace_s, 0);
+  EXPECT_EQ(parse({"--monitor-interval=0.5", "prog"})->monitor_interval_s, 0.5);
+}
+
+TEST(LaunchOptions, AValueFromTheEnvironmentIsRefusedNamingTheVariable) {
+  setenv("PET_MAX_RESTARTS", "abc", 1);
+  setenv("DDPLAUNCH_GROW", "later", 1);
+  const std::string restarts = usage_error({"prog"});
+  const std::string grow = usage_error({"--max-restarts=1", "prog"});
+  const std::string flag_wins = usage_error({"--max-restarts=1", "--grow=now", "prog"});
+  unsetenv("PET_MAX_RESTARTS");
+  unsetenv("DDPLAUNCH_GROW");
+  EXPECT_EQ(restarts, "--max-restarts: 'abc' is not a number >= 0 (--max-restarts is set by PET_MAX_RESTARTS)");
+  EXPECT_NE(grow.find("(--grow is set by DDPLAUNCH_GROW)"), std::string::npos) << grow;
+  EXPECT_EQ(flag_wins, "");  // the command line's values were used, not the variables'
+}
+
+TEST(LaunchOptions, NameOptionSourceAppendsTheFirstVariableOnce) {
+  LaunchOptions o;
+  o.option_env = {{"--tee", "PET_TEE"}, {"--heartbeat-interval", "PET_HEARTBEAT_INTERVAL"}};
+  EXPECT_EQ(name_option_source(o, "--tee: '9' is not 0, 1, 2 or 3"),
+            "--tee: '9' is not 0, 1, 2 or 3 (--tee is set by PET_TEE)");
+  EXPECT_EQ(name_option_source(o, "--hang-timeout 1 s must be longer than --heartbeat-interval 2 s"),
+            "--hang-timeout 1 s must be longer than --heartbeat-interval 2 s (--heartbeat-interval is set by "
+            "PET_HEARTBEAT_INTERVAL)");
+  EXPECT_EQ(name_option_source(o, "--tee-x is not --teeth"), "--tee-x is not --teeth");  // whole names only
+  EXPECT_EQ(name_option_source(o, "PET_TEE='9': --tee"), "PET_TEE='9': --tee");  // named already
+  EXPECT_EQ(name_option_source(LaunchOptions{}, "--tee: bad"), "--tee: bad");
+}
+
+TEST(UsageErrorText, IsAlwaysOneLine) {
+  EXPECT_STREQ(UsageError("got '2\nx'").what(), "got '2\\nx'");
+  EXPECT_STREQ(UsageError("a\tb\rc\x7f").what(), "a\\tb\\x0dc\\x7f");
+  EXPECT_STREQ(UsageError("caf\xc3\xa9 ok").what(), "caf\xc3\xa9 ok");  // UTF-8 stays as it is
+  const std::string quoted = usage_error({"--max-restarts=1\nx", "prog"});
+  EXPECT_EQ(quoted, "--max-restarts: '1\\nx' is not a number >= 0");
+}
+
 }  // namespace
 }  // namespace ddp

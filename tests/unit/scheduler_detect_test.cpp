@@ -439,6 +439,8 @@ TEST(SlurmTopology, InconsistentOrMalformedVariablesAreUsageErrors) {
   env = kSlurmStep;
   env["SLURM_STEP_NODELIST"] = "gpu[03-";
   EXPECT_NE(usage_error_of([&] { detect(env); }).find("gpu[03-"), std::string::npos);
+  // which variable holds the malformed list
+  EXPECT_EQ(usage_error_of([&] { detect(env); }).rfind("SLURM_STEP_NODELIST: ", 0), 0u);
   env = kSlurmStep;
   env["SLURM_NODEID"] = "4";
   EXPECT_THROW(detect(env), UsageError);

@@ -30,7 +30,7 @@ TEST(StreamSelection, PerRankMapLeavesOthersAtZero) {
 }
 
 TEST(StreamSelection, RejectsBadValuesNamingTheOption) {
-  for (const char* bad : {"4", "x", "-1", "", "0:", "9:1", "0-1", "0:1,x"}) {
+  for (const char* bad : {"4", "x", "-1", "", "0:", "9:1", "0-1", "0:1,x", "0:1,", ",0:1", "0:1,,1:2"}) {
     try {
       StreamSelection::parse("redirects", bad, 2);
       ADD_FAILURE() << "accepted '" << bad << "'";
@@ -47,6 +47,18 @@ TEST(LocalRanksFilter, ParsesAndValidates) {
   EXPECT_THROW(parse_local_ranks_filter("a", 4), UsageError);
   EXPECT_THROW(parse_local_ranks_filter("-1", 4), UsageError);
   EXPECT_THROW(parse_local_ranks_filter(",", 4), UsageError);
+}
+
+TEST(LocalRanksFilter, RefusesEmptyEntriesAnywhere) {
+  // A trailing comma once passed as "0": getline drops the last empty item.
+  for (const char* bad : {"0,", "0,1,", ",0", "0,,1", ",,"}) {
+    try {
+      parse_local_ranks_filter(bad, 4);
+      ADD_FAILURE() << "accepted '" << bad << "'";
+    } catch (const UsageError& e) {
+      EXPECT_NE(std::string(e.what()).find("--local-ranks-filter"), std::string::npos) << e.what();
+    }
+  }
 }
 
 TEST(ParseInt, WholeNonNegativeNumbersOnly) {

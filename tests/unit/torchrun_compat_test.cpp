@@ -6,6 +6,8 @@
 #include <gtest/gtest.h>
 #include <signal.h>
 
+#include <filesystem>
+#include <fstream>
 #include <map>
 
 #include "cli/torchrun_only_options.h"
@@ -13,6 +15,7 @@
 #include "output/line_prefix.h"
 #include "process/stop_signals.h"
 #include "report/root_cause_summary.h"
+#include "temp_dir.h"
 #include "topology/launch_plan.h"
 
 namespace ddp {
@@ -160,6 +163,16 @@ LaunchPlan plan_of(std::vector<std::string> args, std::map<std::string, std::str
   });
 }
 
+// The usage error's message, or "accepted".
+std::string plan_error(std::vector<std::string> args, std::map<std::string, std::string> env = {}) {
+  try {
+    plan_of(std::move(args), std::move(env));
+  } catch (const UsageError& e) {
+    return e.what();
+  }
+  return "accepted";
+}
+
 TEST(JobId, NodesStartedByHandWithoutAnIdShareTorchrunsDefault) {
   const auto a = plan_of({"--nnodes=2", "--node-rank=1", "--rdzv-endpoint=192.0.2.1:29400", "--log-dir=/l", "true"});
   const auto b = plan_of({"--nnodes=2", "--node-rank=1", "--rdzv-endpoint=192.0.2.1:29400", "--log-dir=/l", "true"});
@@ -266,6 +279,58 @@ TEST(LaunchPlanTorchrun, PrefixTemplateFromTheOptionOrTorchelasticsVariable) {
   EXPECT_EQ(plan_of({"--log-line-prefix-template=<$rank>", "true"}, {{"TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE", "x"}})
                 .log_line_prefix_template,
             "<$rank>");
+}
+
+TEST(LaunchPlanTorchrun, SecondsThatRoundToNoTimeAreRefusedWhereTimeMustPass) {
+  // "1e-12" passed the check of a positive number and became a heartbeat every 0 ns.
+  EXPECT_THROW(plan_of({"--heartbeat-interval=1e-12", "true"}), UsageError);
+  EXPECT_THROW(plan_of({"--hang-timeout=1e-12", "true"}), UsageError);
+  EXPECT_EQ(plan_of({"--heartbeat-interval=1e-9", "true"}).heartbeat_interval, std::chrono::nanoseconds(1));
+  EXPECT_EQ(plan_of({"--shutdown-grace=1e-12", "true"}).shutdown_grace, Duration::zero());  // 0 is allowed there
+}
+
+TEST(LaunchPlanTorchrun, EmptySignalListAndMasterAddrAreRefused) {
+  // "--signals-to-handle=" left the job with no signal that stops it.
+  EXPECT_THAT(plan_error({"--signals-to-handle=", "true"}), HasSubstr("--signals-to-handle '': names no signal"));
+  EXPECT_THAT(plan_error({"--signals-to-handle= ,", "true"}), HasSubstr("names no signal"));
+  EXPECT_THAT(plan_error({"--master-addr=", "true"}), HasSubstr("--master-addr is empty"));
+}
+
+TEST(JobId, AnIdThatCannotNameAFolderOnOneLineIsRefusedNamingItsOrigin) {
+  EXPECT_THAT(plan_error({"--rdzv-id=job\n2", "true"}), HasSubstr("--rdzv-id 'job\\n2' holds a control character"));
+  EXPECT_THAT(plan_error({"--rdzv-id=" + std::string(201, 'x'), "true"}),
+              HasSubstr("is 201 characters long, more than the 200"));
+  EXPECT_EQ(plan_of({"--rdzv-id=" + std::string(200, 'x'), "--log-dir=/l", "true"}).job_id, std::string(200, 'x'));
+  EXPECT_THAT(plan_error({"true"}, {{"PET_RDZV_ID", "a/b"}}), HasSubstr("PET_RDZV_ID 'a/b' cannot be used"));
+  EXPECT_THAT(plan_error({"--rdzv-id=a/b", "true"}, {{"PET_RDZV_ID", "ok"}}), HasSubstr("--rdzv-id 'a/b'"));
+}
+
+TEST(LaunchPlanLogDir, AFileInThePlaceOfAFolderIsRefusedAndNothingIsCreated) {
+  // It used to fail after the coordinator started and the job was registered: exit 70.
+  ddp::testing::TempDir tmp("ddp-logdir-");
+  const auto file = tmp.path() / "train.py";
+  std::ofstream(file) << "print()\n";
+  EXPECT_THAT(plan_error({"--log-dir=" + (file / "logs").string(), "true"}),
+              HasSubstr("--log-dir '" + (file / "logs").string() + "': '" + file.string() + "' is not a folder"));
+  EXPECT_THAT(plan_error({"--log-dir=" + file.string(), "true"}), HasSubstr("is not a folder"));
+  EXPECT_THAT(plan_error({"true"}, {{"TMPDIR", file.string()}}), HasSubstr("the default log folder"));
+  // a folder still to be made is fine, and is not made here
+  const auto later = tmp.path() / "a" / "b";
+  EXPECT_EQ(plan_of({"--log-dir=" + later.string(), "--rdzv-id=j", "true"}).job_log_dir, later / "j");
+  EXPECT_FALSE(std::filesystem::exists(tmp.path() / "a"));
+}
+
+TEST(LaunchPlanTorchrun, AValueFromAPetVariableIsRefusedNamingIt) {
+  setenv("PET_TEE", "9", 1);
+  const std::string tee = plan_error({"true"});
+  unsetenv("PET_TEE");
+  EXPECT_EQ(tee, "--tee: '9' is not 0, 1, 2 or 3 (--tee is set by PET_TEE)");
+  setenv("PET_LOCAL_RANKS_FILTER", "0,", 1);
+  const std::string filter = plan_error({"true"});
+  const std::string flag = plan_error({"--local-ranks-filter=0", "true"});
+  unsetenv("PET_LOCAL_RANKS_FILTER");
+  EXPECT_THAT(filter, HasSubstr("(--local-ranks-filter is set by PET_LOCAL_RANKS_FILTER)"));
+  EXPECT_EQ(flag, "accepted");
 }
 
 }  // namespace

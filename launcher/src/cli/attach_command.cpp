@@ -6,6 +6,7 @@
 
 #include "cli/job_end.h"
 #include "cli/job_selection.h"
+#include "cli/number_checks.h"
 #include "detach/console_tail.h"
 #include "detach/follow_job.h"
 
@@ -17,7 +18,7 @@ int run_attach_command(int argc, const char* const* argv) {
   int lines = 20;
   add_job_argument(app, job_id);
   app.add_option("-n,--lines", lines, "show this many of the console's last lines first")
-      ->check(CLI::NonNegativeNumber)
+      ->check(non_negative_number())
       ->capture_default_str();
   if (const auto done = parse_command_line(app, "attach", argc, argv)) return *done;
   const SelectedJob selected = select_job_record("attach", job_id, false);

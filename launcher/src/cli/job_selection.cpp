@@ -6,6 +6,8 @@
 #include <algorithm>
 #include <cstdio>
 
+#include "cli/usage_error.h"
+
 namespace ddp {
 
 SelectedJob select_running_job(const std::string& command, const std::string& job_id) {
@@ -17,7 +19,8 @@ SelectedJob select_running_job(const std::string& command, const std::string& jo
   if (jobs.empty()) {
     std::fprintf(stderr, "ddplaunch %s: error: %s\n", command.c_str(),
                  job_id.empty() ? "no running ddplaunch job of this user on this machine"
-                                : fmt::format("no running job with id '{}' on this machine", job_id).c_str());
+                                : fmt::format("no running job with id '{}' on this machine",
+                                              printable_on_one_line(job_id)).c_str());
     return {std::nullopt, 1};
   }
   const std::string first = jobs.front().job_id;
@@ -55,7 +58,8 @@ SelectedJob select_job_record(const std::string& command, const std::string& job
   if (jobs.empty() || running_only) {
     std::string why = job_id.empty() ? (running_only || !jobs.empty() ? "no running ddplaunch job of this user on this machine"
                                                                         : "no ddplaunch job of this user on this machine")
-                      : jobs.empty() ? fmt::format("no job with id '{}' of this user on this machine", job_id)
+                      : jobs.empty() ? fmt::format("no job with id '{}' of this user on this machine",
+                                                   printable_on_one_line(job_id))
                                      : fmt::format("job {} is not running: it {} ({})", job_id,
                                                    jobs.back().state == JobState::kLost ? "was lost" : "has ended",
                                                    jobs.back().exit_code ? fmt::format("exit code {}", *jobs.back().exit_code)
@@ -78,7 +82,7 @@ std::optional<int> parse_command_line(CLI::App& app, const std::string& command,
     std::printf("%s", app.help().c_str());
     return 0;
   } catch (const CLI::ParseError& e) {
-    std::fprintf(stderr, "ddplaunch %s: error: %s\n", command.c_str(), e.what());
+    std::fprintf(stderr, "ddplaunch %s: error: %s\n", command.c_str(), printable_on_one_line(e.what()).c_str());
     return 2;
   }
   return std::nullopt;

@@ -5,7 +5,10 @@
 #include <algorithm>
 #include <cctype>
 #include <cstdio>
+#include <cstdlib>
+#include <set>
 
+#include "cli/number_checks.h"
 #include "cli/option_abbreviations.h"
 #include "cli/usage_error.h"
 
@@ -64,10 +67,10 @@ std::optional<LaunchOptions> parse_launch_options(int argc, const char* const* a
   add(app, "rdzv-conf", o.rdzv_conf, "join_timeout=S,last_call_timeout=S,node_timeout=S,heartbeat_interval=S,...");
   add_flag(app, "--standalone", o.standalone, "PET_STANDALONE", "single-node job on loopback with a free port");
   add(app, "max-restarts", o.max_restarts, "restart the whole group this many times after a failure")
-      ->check(CLI::NonNegativeNumber)
+      ->check(non_negative_number())
       ->capture_default_str();
   add(app, "monitor-interval", o.monitor_interval_s, "accepted; supervision is event-driven (no polling)")
-      ->check(CLI::PositiveNumber);
+      ->check(positive_number());
   add(app, "start-method", o.start_method, "accepted; workers always start as new processes (fork + exec)")
       ->check(CLI::IsMember({"spawn", "fork", "forkserver"}));
   add(app, "event-log-handler", o.event_log_handler, "accepted: null, console or dynamic_rendezvous")
@@ -92,7 +95,7 @@ std::optional<LaunchOptions> parse_launch_options(int argc, const char* const* a
   add(app, "duplicate-stderr-filters", o.duplicate_stderr_filters,
       "the same for stderr, into attempt_<k>/filtered_stderr.log");
   app.add_option(spellings("node-rank"), o.node_rank, "rank of this node (default: detected or assigned)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(non_negative_number());
   add(app, "master-addr", o.master_addr, "address workers use for MASTER_ADDR")->capture_default_str();
   add(app, "master-port", o.master_port, "MASTER_PORT; 0 picks a free port")->check(CLI::Range(0, 65535));
   add(app, "local-addr", o.local_addr, "address other nodes reach this node at");
@@ -105,19 +108,19 @@ std::optional<LaunchOptions> parse_launch_options(int argc, const char* const* a
   app.add_option("--shutdown-grace,--shutdown_grace,--shutdown-timeout,--shutdown_timeout", o.shutdown_grace_s,
                  "seconds from the stop signal to SIGKILL when stopping workers")
       ->envname("PET_SHUTDOWN_GRACE")
-      ->check(CLI::NonNegativeNumber)
+      ->check(non_negative_number())
       ->capture_default_str();
   app.add_option(spellings("stop-timeout"), o.stop_timeout_s,
                  "on SIGTERM (preemption), seconds for the ranks to stop at a step boundary and exit 0 "
                  "(DDPLAUNCH_STOP_FILE) before they are signalled; then ddplaunch exits 75. 0: signal at once")
       ->envname("DDPLAUNCH_STOP_TIMEOUT")
-      ->check(CLI::NonNegativeNumber)
+      ->check(non_negative_number())
       ->capture_default_str();
   app.add_option(spellings("max-node-failures"), o.max_node_failures,
                  "elastic jobs (--nnodes=MIN:MAX): a node whose workers failed this many generations in a row is "
                  "left out while MIN nodes remain (0: never)")
       ->envname("DDPLAUNCH_MAX_NODE_FAILURES")
-      ->check(CLI::NonNegativeNumber)
+      ->check(non_negative_number())
       ->capture_default_str();
   app.add_option(spellings("grow"), o.grow,
                  "elastic jobs: when a node that joins a running job gets in: 'now' (the job stops and re-forms "
@@ -143,11 +146,11 @@ std::optional<LaunchOptions> parse_launch_options(int argc, const char* const* a
   app.add_option("--tls-key", o.tls_key, "PEM private key of --tls-cert");
   app.add_option("--tls-ca", o.tls_ca, "PEM CA that peers' certificates must be signed by");
   add(app, "heartbeat-interval", o.heartbeat_interval_s, "seconds between the workers' heartbeats (runtime workers)")
-      ->check(CLI::PositiveNumber)
+      ->check(positive_number())
       ->capture_default_str();
   add(app, "hang-timeout", o.hang_timeout_s,
       "seconds a rank may be silent, or the job make no progress, before it is declared hung (exit 124)")
-      ->check(CLI::PositiveNumber)
+      ->check(positive_number())
       ->capture_default_str();
   add_flag(app, spellings("no-python-companion"), o.no_python_companion, "DDPLAUNCH_NO_PYTHON_COMPANION",
            "do not inject the Python companion (heartbeats, stacks and error files of Python ranks)");
@@ -162,7 +165,7 @@ std::optional<LaunchOptions> parse_launch_options(int argc, const char* const* a
       ->allow_extra_args(false);  // repeatable, one value each: what follows is PROGRAM
   app.add_flag("--sync-delete", o.sync_delete, "also delete from the bucket what is deleted in a --sync DIR");
   app.add_option("--sync-wait", o.sync_wait_s, "at the job's end, seconds to wait for --sync uploads still pending")
-      ->check(CLI::NonNegativeNumber)
+      ->check(non_negative_number())
       ->capture_default_str();
   app.add_flag("--preflight", o.preflight, "run `ddplaunch doctor`'s checks first; refuse to start when one fails");
   add(app, "nccl-debug", o.nccl_debug,
@@ -174,7 +177,16 @@ std::optional<LaunchOptions> parse_launch_options(int argc, const char* const* a
 
   try {
     std::vector<std::string> args(argv + 1, argv + argc);
-    args = expand_option_abbreviations(app, args);
+    std::set<const CLI::Option*> named;
+    args = expand_option_abbreviations(app, args, &named);
+    // What CLI11 will take from the environment, so that an error can say so.
+    for (const CLI::Option* option : app.get_options()) {
+      const std::string& variable = option->get_envname();
+      if (variable.empty() || named.count(option) != 0) continue;
+      const char* value = std::getenv(variable.c_str());
+      if (value == nullptr || *value == '\0') continue;
+      for (const std::string& name : option->get_lnames()) o.option_env["--" + name] = variable;
+    }
     std::reverse(args.begin(), args.end());  // CLI11 takes them last first
     app.parse(args);
   } catch (const CLI::CallForHelp&) {
@@ -184,7 +196,7 @@ std::optional<LaunchOptions> parse_launch_options(int argc, const char* const* a
     std::puts("ddplaunch 0.1.0");
     return std::nullopt;
   } catch (const CLI::ParseError& e) {
-    throw UsageError(e.what());
+    throw UsageError(name_option_source(o, e.what()));
   }
 
   o.command = app.remaining();

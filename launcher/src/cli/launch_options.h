@@ -5,6 +5,7 @@
 // ddplaunch's own options. parse_launch_options() only parses and checks
 // syntax; resolve_launch_plan() (topology/launch_plan.h) resolves the values.
 
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -62,10 +63,17 @@ struct LaunchOptions {
   std::string logs_specs;  // a torchrun plugin: refused when given
   std::string log_level = "info";
   std::vector<std::string> command;  // PROGRAM ARGS...
+  /// The options that took their value from the environment (PET_TEE, ...),
+  /// not the command line: each long spelling ("--tee") -> the variable.
+  std::map<std::string, std::string> option_env;
 };
 
 /// Parses argv (argv[0] included). Returns nullopt when --help or --version
 /// was answered (exit 0). Throws UsageError on bad input.
 std::optional<LaunchOptions> parse_launch_options(int argc, const char* const* argv);
+
+/// A usage error's message about `o`, with the variable named when the first
+/// option it names took its value from one ("... (--tee is set by PET_TEE)").
+std::string name_option_source(const LaunchOptions& o, const std::string& message);
 
 }  // namespace ddp

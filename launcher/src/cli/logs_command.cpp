@@ -10,6 +10,7 @@
 
 #include "cli/job_end.h"
 #include "cli/job_selection.h"
+#include "cli/number_checks.h"
 #include "detach/console_tail.h"
 #include "detach/follow_job.h"
 #include "job/log_layout.h"
@@ -86,9 +87,9 @@ int run_logs_command(int argc, const char* const* argv) {
   bool follow = false;
   add_job_argument(app, job_id);
   app.add_option("--rank", rank, "this global rank's stdout.log and stderr.log (default: the console, or every rank)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(non_negative_number());
   app.add_option("--attempt", attempt, "this attempt (restart) of the job (default: the newest)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(non_negative_number());
   app.add_flag("-f,--follow", follow, "keep printing what is written, until the job ends");
   if (const auto done = parse_command_line(app, "logs", argc, argv)) return *done;
   const SelectedJob selected = select_job_record("logs", job_id, false);

@@ -25,6 +25,15 @@ std::vector<LongName> long_names(const CLI::App& app) {
 
 bool takes_value(const CLI::Option* option) { return option->get_items_expected_min() > 0; }
 
+// CLI11's type name of an option: "INT", "FLOAT", ... followed by its checks.
+bool numeric(const CLI::Option* option) {
+  const std::string type = option->get_type_name();
+  for (const char* prefix : {"INT", "UINT", "FLOAT", "NUMBER"}) {
+    if (type.rfind(prefix, 0) == 0) return true;
+  }
+  return false;
+}
+
 const CLI::Option* short_option(const CLI::App& app, char letter) {
   for (const CLI::Option* option : app.get_options()) {
     const auto& shorts = option->get_snames();
@@ -35,7 +44,8 @@ const CLI::Option* short_option(const CLI::App& app, char letter) {
 
 }  // namespace
 
-std::vector<std::string> expand_option_abbreviations(const CLI::App& app, const std::vector<std::string>& args) {
+std::vector<std::string> expand_option_abbreviations(const CLI::App& app, const std::vector<std::string>& args,
+                                                     std::set<const CLI::Option*>* named) {
   const std::vector<LongName> names = long_names(app);
   std::vector<std::string> out;
   out.reserve(args.size());
@@ -46,6 +56,7 @@ std::vector<std::string> expand_option_abbreviations(const CLI::App& app, const 
     if (arg[1] != '-') {  // -m, -r3, -r 3
       out.push_back(arg);
       const CLI::Option* option = short_option(app, arg[1]);
+      if (option != nullptr && named != nullptr) named->insert(option);
       if (option != nullptr && takes_value(option) && arg.size() == 2 && i + 1 < args.size()) out.push_back(args[++i]);
       continue;
     }
@@ -70,6 +81,13 @@ std::vector<std::string> expand_option_abbreviations(const CLI::App& app, const 
       if (matches.size() > 1) {
         throw UsageError(fmt::format("ambiguous option: --{} could match {}", typed, fmt::join(spelled, ", ")));
       }
+    }
+    if (chosen != nullptr && named != nullptr) named->insert(chosen);
+    if (chosen != nullptr && takes_value(chosen) && value == "=") {
+      if (numeric(chosen)) throw UsageError(fmt::format("--{}= has no value: expected a number", full));
+      out.push_back("--" + full);
+      out.push_back("");  // CLI11 takes an empty argument as the value
+      continue;
     }
     out.push_back(chosen != nullptr ? "--" + full + value : arg);
     if (chosen != nullptr && takes_value(chosen) && eq == std::string::npos && i + 1 < args.size()) {

@@ -9,6 +9,7 @@
 
 #include <CLI/CLI.hpp>
 
+#include <set>
 #include <string>
 #include <vector>
 
@@ -19,6 +20,12 @@ namespace ddp {
 /// first argument that is not an option (the program: what follows is its
 /// own). An exact name is never rewritten; an unknown one is left for CLI11 to
 /// refuse. Throws UsageError for an ambiguous prefix, naming the candidates.
-std::vector<std::string> expand_option_abbreviations(const CLI::App& app, const std::vector<std::string>& args);
+///
+/// `--name=` with nothing after '=' gives the option an empty value, as
+/// argparse does (CLI11 would take the next argument, the program, instead);
+/// for a numeric option that is a UsageError. When `named` is given, it
+/// receives every option the command line names.
+std::vector<std::string> expand_option_abbreviations(const CLI::App& app, const std::vector<std::string>& args,
+                                                     std::set<const CLI::Option*>* named = nullptr);
 
 }  // namespace ddp

@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <thread>
 
+#include "cli/number_checks.h"
 #include "cli/usage_error.h"
 #include "coordinator/coordinator_server.h"
 #include "ddp/common/logging.h"
@@ -30,7 +31,7 @@ int run_serve_command(int argc, const char* const* argv) {
   app.add_option("--tls-key", tls.key, "PEM private key of --tls-cert");
   app.add_option("--tls-ca", tls.ca, "PEM CA: require client certificates signed by it");
   app.add_option("--node-timeout", node_timeout_s, "seconds without an agent heartbeat before its node counts as failed")
-      ->check(CLI::PositiveNumber)
+      ->check(positive_number())
       ->capture_default_str();
   app.add_option("--log-level", log_level)->check(CLI::IsMember({"trace", "debug", "info", "warn", "error", "off"}));
   try {
@@ -39,11 +40,11 @@ int run_serve_command(int argc, const char* const* argv) {
     std::fputs(app.help().c_str(), stdout);
     return exit_code::kSuccess;
   } catch (const CLI::ParseError& e) {
-    std::fprintf(stderr, "ddplaunch: error: serve: %s\n", e.what());
+    std::fprintf(stderr, "ddplaunch serve: error: %s\n", printable_on_one_line(e.what()).c_str());
     return exit_code::kUsage;
   }
   if (tls.cert.empty() != tls.key.empty()) {
-    std::fprintf(stderr, "ddplaunch: error: serve: --tls-cert and --tls-key go together\n");
+    std::fprintf(stderr, "ddplaunch serve: error: --tls-cert and --tls-key go together\n");
     return exit_code::kUsage;
   }
   init_logging("ddplaunch-serve", log_level);
@@ -54,7 +55,7 @@ int run_serve_command(int argc, const char* const* argv) {
   try {
     server = std::make_unique<CoordinatorServer>(address, tls, options);
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "ddplaunch: error: serve: %s\n", e.what());
+    std::fprintf(stderr, "ddplaunch serve: error: %s\n", printable_on_one_line(e.what()).c_str());
     return exit_code::kUsage;
   }
   spdlog::info("coordinator serving on {}:{}{} (NCCL IDs: {})", address.host, server->port(),

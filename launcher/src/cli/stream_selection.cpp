@@ -42,6 +42,8 @@ StreamSelection StreamSelection::parse(const std::string& option, const std::str
     s.all_ = parse_std(option, spec);
     return s;
   }
+  // getline drops a trailing empty item: "0:1," would pass as "0:1".
+  if (spec.back() == ',') throw UsageError(fmt::format("--{}: '{}' ends with an empty entry", option, spec));
   std::stringstream items(spec);
   for (std::string item; std::getline(items, item, ',');) {
     const auto colon = item.find(':');
@@ -63,6 +65,9 @@ int StreamSelection::mask(int local_rank) const {
 std::set<int> parse_local_ranks_filter(const std::string& spec, int nproc) {
   std::set<int> ranks;
   if (spec.empty()) return ranks;
+  if (spec.back() == ',') {  // getline drops a trailing empty item: "0," would pass as "0"
+    throw UsageError(fmt::format("--local-ranks-filter: '{}' ends with an empty entry", spec));
+  }
   std::stringstream items(spec);
   for (std::string item; std::getline(items, item, ',');) {
     ranks.insert(parse_local_rank("local-ranks-filter", item, nproc));

@@ -96,7 +96,8 @@ std::optional<CompanionHello> parse_companion_hello(const std::string& text) {
   h.python = text_field(*j, "python");
   h.torch = text_field(*j, "torch");
   h.announcements = text_field(*j, "announcements");
-  if (h.rank < 0 || h.generation < 0) return std::nullopt;
+  // local_rank may be left out (-1: unknown), never negative otherwise.
+  if (h.rank < 0 || h.local_rank < -1 || h.generation < 0) return std::nullopt;
   return h;
 }
 

@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "cli/number_checks.h"
 #include "exit_codes.h"
 #include "nccl/nccl_log_files.h"
 
@@ -28,7 +29,10 @@ int run_diagnose_command(int argc, const char* const* argv) {
   app.add_option("paths", paths, "a job's log directory (searched for nccl.log and *.log) or NCCL log files")
       ->required();
   app.add_flag("--json", json, "print one JSON document (keys: see launcher/src/nccl/nccl_diagnosis.h)");
-  app.add_option("--max-ranks", max_ranks, "rank lines in the text summary (0: all)")->capture_default_str();
+  // A size_t would take "-1" as the largest value: the check refuses it first.
+  app.add_option("--max-ranks", max_ranks, "rank lines in the text summary (0: all)")
+      ->check(non_negative_number())
+      ->capture_default_str();
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp&) {

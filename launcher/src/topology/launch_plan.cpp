@@ -71,6 +71,17 @@ Duration option_seconds(const char* option, double s) {
   return std::chrono::duration_cast<Duration>(std::chrono::duration<double>(s));
 }
 
+// The same for an option that must be more than no time (--heartbeat-interval,
+// --hang-timeout): "1e-12" rounds to zero, which would make a busy loop.
+Duration positive_option_seconds(const char* option, double s) {
+  const Duration d = option_seconds(option, s);
+  if (d <= Duration::zero()) {
+    throw UsageError(fmt::format("--{} {}: expected a number of seconds above 0 (at least 1e-9) and at most 1e9",
+                                 option, s));
+  }
+  return d;
+}
+
 // key=value,... in torchrun's format. Keys only torchrun uses are accepted and
 // ignored so its command lines keep working; anything else is a typo.
 void apply_rdzv_conf(const std::string& conf, LaunchPlan& plan) {
@@ -251,19 +262,57 @@ void resolve_output(const LaunchOptions& o, const GetEnv& getenv, LaunchPlan& pl
   std::string why;
   const auto signals = parse_signal_list(o.signals_to_handle, why);
   if (!signals) throw UsageError(fmt::format("--signals-to-handle '{}': {}", o.signals_to_handle, why));
+  if (signals->empty()) {
+    throw UsageError(fmt::format("--signals-to-handle '{}': names no signal (torchrun's default is "
+                                 "SIGTERM,SIGINT,SIGHUP,SIGQUIT)",
+                                 o.signals_to_handle));
+  }
   plan.stop_signals = *signals;
 }
 
-}  // namespace
+// The job id names the log folder and the registry's file: a name a
+// directory can have, on one line (console lines, `ddplaunch list`).
+constexpr size_t kMaxJobIdLength = 200;
 
-GetEnv process_getenv() {
-  return [](const char* name) -> std::optional<std::string> {
-    const char* v = std::getenv(name);
-    return v ? std::optional<std::string>(v) : std::nullopt;
-  };
+// origin: where the id came from, "--rdzv-id" or a variable, for the message.
+void check_job_id(const std::string& id, const std::string& origin) {
+  if (id.find('/') != std::string::npos || id == "." || id == "..") {
+    throw UsageError(fmt::format("{} '{}' cannot be used as a directory name", origin, id));
+  }
+  if (std::any_of(id.begin(), id.end(), [](char c) { return std::iscntrl(static_cast<unsigned char>(c)) != 0; })) {
+    throw UsageError(fmt::format("{} '{}' holds a control character", origin, id));
+  }
+  if (id.size() > kMaxJobIdLength) {
+    throw UsageError(fmt::format("{} '{}...' is {} characters long, more than the {} a job id may have", origin,
+                                 id.substr(0, 32), id.size(), kMaxJobIdLength));
+  }
 }
 
-LaunchPlan resolve_launch_plan(const LaunchOptions& o, const GetEnv& getenv) {
+// Where the job id came from: the flag, torchrun's variable, else a scheduler.
+std::string job_id_origin(const LaunchOptions& o, const GetEnv& getenv) {
+  if (!o.run_id.empty()) return "--rdzv-id";
+  if (!getenv("PET_RDZV_ID").value_or("").empty()) return "PET_RDZV_ID";
+  return "the job id";
+}
+
+// The job's log folder is made when it starts; a file where one of its
+// folders should be is refused now, before anything starts. Nothing is
+// created here (a refused command line writes nothing).
+void check_log_dir(const std::filesystem::path& dir, const std::string& what) {
+  std::error_code ec;
+  for (std::filesystem::path p = dir; !p.empty(); p = p.parent_path()) {
+    const auto st = std::filesystem::status(p, ec);
+    if (std::filesystem::exists(st)) {
+      if (!std::filesystem::is_directory(st)) {
+        throw UsageError(fmt::format("{}: '{}' is not a folder", what, p.string()));
+      }
+      return;
+    }
+    if (p == p.parent_path()) return;
+  }
+}
+
+LaunchPlan resolve(const LaunchOptions& o, const GetEnv& getenv) {
   LaunchPlan plan;
   std::tie(plan.nproc, plan.nproc_reason) = resolve_nproc(o.nproc_per_node, getenv);
   apply_rdzv_conf(o.rdzv_conf, plan);
@@ -299,8 +348,8 @@ LaunchPlan resolve_launch_plan(const LaunchOptions& o, const GetEnv& getenv) {
   plan.sync.final_wait = option_seconds("sync-wait", o.sync_wait_s);
   plan.max_node_failures = o.max_node_failures;
   plan.grow = o.grow;
-  plan.heartbeat_interval = option_seconds("heartbeat-interval", o.heartbeat_interval_s);
-  plan.hang_timeout = option_seconds("hang-timeout", o.hang_timeout_s);
+  plan.heartbeat_interval = positive_option_seconds("heartbeat-interval", o.heartbeat_interval_s);
+  plan.hang_timeout = positive_option_seconds("hang-timeout", o.hang_timeout_s);
   plan.python_companion = !o.no_python_companion;
   if (!o.nccl_debug.empty()) {
     std::string level = o.nccl_debug;
@@ -318,6 +367,7 @@ LaunchPlan resolve_launch_plan(const LaunchOptions& o, const GetEnv& getenv) {
 
   // --standalone: everything on loopback with a port of our choosing.
   plan.master_addr = o.standalone ? "127.0.0.1" : o.master_addr;
+  if (plan.master_addr.empty()) throw UsageError("--master-addr is empty: give the address workers reach rank 0 at");
   // Multi-node: node 0's workers listen on MASTER_PORT on every interface.
   const std::string port_host = plan.nnodes > 1 ? "0.0.0.0" : plan.master_addr;
   if (o.standalone || o.master_port == 0) {
@@ -336,14 +386,31 @@ LaunchPlan resolve_launch_plan(const LaunchOptions& o, const GetEnv& getenv) {
     plan.token_generated = true;
     plan.token = plan.nnodes == 1 ? random_hex(16) : plan.job_id;
   }
-  if (plan.job_id.find('/') != std::string::npos || plan.job_id == "." || plan.job_id == "..") {
-    throw UsageError(fmt::format("--rdzv-id '{}' cannot be used as a directory name", plan.job_id));
-  }
+  check_job_id(plan.job_id, job_id_origin(o, getenv));
   const std::filesystem::path log_dir =
       !o.log_dir.empty() ? std::filesystem::path(o.log_dir)
                          : std::filesystem::path(getenv("TMPDIR").value_or("/tmp")) / "ddplaunch-logs";
   plan.job_log_dir = log_dir / log_folder_name(plan);
+  check_log_dir(plan.job_log_dir, o.log_dir.empty() ? "the default log folder (${TMPDIR:-/tmp}/ddplaunch-logs)"
+                                                    : "--log-dir '" + o.log_dir + "'");
   return plan;
+}
+
+}  // namespace
+
+GetEnv process_getenv() {
+  return [](const char* name) -> std::optional<std::string> {
+    const char* v = std::getenv(name);
+    return v ? std::optional<std::string>(v) : std::nullopt;
+  };
+}
+
+LaunchPlan resolve_launch_plan(const LaunchOptions& o, const GetEnv& getenv) {
+  try {
+    return resolve(o, getenv);
+  } catch (const UsageError& e) {
+    throw UsageError(name_option_source(o, e.what()));
+  }
 }
 
 }  // namespace ddp

@@ -162,7 +162,12 @@ std::optional<DetectedTopology> from_slurm(const GetEnv& getenv, int default_por
                             : first_set(getenv, {"SLURM_JOB_NODELIST", "SLURM_NODELIST"});
   if (count) t.nnodes = to_int(count->second, count->first);
   if (list) {
-    const auto hosts = expand_slurm_nodelist(list->second);
+    std::vector<std::string> hosts;
+    try {
+      hosts = expand_slurm_nodelist(list->second);
+    } catch (const UsageError& e) {
+      throw UsageError(fmt::format("{}: {}", list->first, e.what()));  // which variable holds it
+    }
     if (t.nnodes && static_cast<std::size_t>(*t.nnodes) != hosts.size()) {
       throw UsageError(fmt::format("{}={} but {} '{}' names {} host(s)", count->first, *t.nnodes, list->first,
                                    list->second, hosts.size()));
