@@ -33,6 +33,8 @@ from launcher_harness import (BIN, PYTHON, REPO, LauncherTestCase, Result, kill_
                               torch_available, wait_for_file, wait_until, worker)
 from s3_server import S3Server
 
+SCHED_IDLE = getattr(os, "SCHED_IDLE", 5)   # the uploads' thread's policy
+
 DDPTRAIN = Path(os.environ.get("DDPTRAIN_BIN") or (REPO / "build" / "worker" / "ddptrain" / "ddptrain")).absolute()
 SAVER = worker("torch_save_checkpoints.py")
 TORCH_OK = torch_available()
@@ -158,6 +160,19 @@ class SyncCase(LauncherTestCase):
         args = [f"--nproc-per-node={nproc}", *(self.sync_opt() if sync is None else sync), *extra_opts,
                 SAVER, "ckpt", *map(str, saver_args)]
         return self.run_launcher(args, timeout=timeout, env=env or self.env())
+
+    @staticmethod
+    def sync_thread_policy(pid):
+        """The scheduling policy of ddplaunch's uploads' thread (from /proc)."""
+        for task in Path(f"/proc/{pid}/task").iterdir():
+            try:
+                if (task / "comm").read_text().strip() != "ddplaunch-sync":
+                    continue
+                fields = (task / "stat").read_text().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            return int(fields[41 - 3])   # field 41 of proc(5), counted from field 3
+        return None
 
     def assert_ok(self, res):
         self.assertEqual(res.rc, 0, res.describe())
@@ -291,6 +306,8 @@ class FailureTest(SyncCase):
             self.assertEqual(len(lines), 1, status.describe())
             self.assertRegex(lines[0], r"1 uploaded .*1 pending", status.describe())
             self.assertIsNone(launch.proc.poll(), "the job must run on while uploads fail")
+            self.assertEqual(self.sync_thread_policy(launch.proc.pid), SCHED_IDLE,
+                             "the uploads' thread yields the CPU to the ranks")
 
             s3.start()
             self.wait_text(launch.err_path, "uploads work again")
