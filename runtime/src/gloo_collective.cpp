@@ -2,6 +2,7 @@
 
 #include "ddp/runtime/completion_work.h"
 
+#include <cstdio>
 #include <net/if.h>
 
 #include <algorithm>
@@ -118,7 +119,17 @@ class GlooCollective final : public Collective {
       context->connectFullMesh(adapter, device_);
       context_ = std::move(context);
       if (options_.shared_memory) {
-        shm_ = SharedMemoryAllreduce::connect(*store, rank, size, timeout_, &shm_unused_reason_);
+        bool on_one_host = false;
+        shm_ = SharedMemoryAllreduce::connect(*store, rank, size, timeout_, &shm_unused_reason_, &on_one_host);
+        if (!shm_ && on_one_host && rank == 0) {
+          // Said once: the job runs on, but slower, and its sums (added in
+          // another order) may differ in the last bits from a run that had it.
+          std::fprintf(stderr,
+                       "ddp: warning: the shared-memory all-reduce is off (%s): all-reduces of these %d "
+                       "ranks go over Gloo's TCP, slower, and their sums may differ in the last bits from a "
+                       "run that used it\n",
+                       shm_unused_reason_.c_str(), size);
+        }
       }
     } catch (const std::exception& e) {
       throw CollectiveError("gloo rendezvous failed (rank " + std::to_string(rank) + " of " +

@@ -234,7 +234,8 @@ std::string random_name() {
 
 std::unique_ptr<SharedMemoryAllreduce> SharedMemoryAllreduce::connect(Store& store, int rank, int size,
                                                                        std::chrono::milliseconds timeout,
-                                                                       std::string* reason) {
+                                                                       std::string* reason, bool* on_one_host) {
+  if (on_one_host) *on_one_host = false;
   auto fail = [&](std::string why) -> std::unique_ptr<SharedMemoryAllreduce> {
     if (reason) *reason = std::move(why);
     return nullptr;
@@ -252,6 +253,7 @@ std::unique_ptr<SharedMemoryAllreduce> SharedMemoryAllreduce::connect(Store& sto
       return fail("ranks are on more than one host");
     }
   }
+  if (on_one_host) *on_one_host = true;
 
   // 2. Rank 0 creates the segment; the others map it and report.
   const size_t slot = slot_bytes_for(size);

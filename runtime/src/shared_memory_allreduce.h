@@ -45,11 +45,14 @@ class SharedMemoryAllreduce {
  public:
   /// Collective over `store` (use a key space of this communicator's own).
   /// Returns nullptr on every rank alike when shared memory cannot serve this
-  /// group; why goes to *reason when given. Throws StoreError when the store
-  /// itself fails.
+  /// group; why goes to *reason when given, and *on_one_host (when given)
+  /// says whether it failed although the group is 2 or more ranks on one host
+  /// (/dev/shm full or unusable), the case worth a warning. Throws StoreError
+  /// when the store itself fails.
   static std::unique_ptr<SharedMemoryAllreduce> connect(Store& store, int rank, int size,
                                                         std::chrono::milliseconds timeout,
-                                                        std::string* reason = nullptr);
+                                                        std::string* reason = nullptr,
+                                                        bool* on_one_host = nullptr);
   ~SharedMemoryAllreduce();
   SharedMemoryAllreduce(const SharedMemoryAllreduce&) = delete;
   SharedMemoryAllreduce& operator=(const SharedMemoryAllreduce&) = delete;

@@ -19,6 +19,7 @@
 #include <new>
 #include <string>
 #include <thread>
+#include <tuple>
 #include <vector>
 
 #include "ddp/common/store.h"
@@ -221,6 +222,24 @@ TEST(SharedMemoryAllreduce, RanksOnDifferentHostsAllFallBack) {
   EXPECT_TRUE(fell_back);
   EXPECT_NE(why.find("more than one host"), std::string::npos) << why;
   EXPECT_FALSE(store->get("shm/name").has_value()) << "no segment is created for a multi-host group";
+}
+
+TEST(SharedMemoryAllreduce, APeerThatCannotMapTheSegmentFallsBackAndSaysTheGroupWasOnOneHost) {
+  auto store = make_in_memory_store();
+  auto rank0 = std::async(std::launch::async, [&] {
+    std::string why;
+    bool on_one_host = false;
+    auto shm = SharedMemoryAllreduce::connect(*store, 0, 2, 10000ms, &why, &on_one_host);
+    return std::make_tuple(shm == nullptr, why, on_one_host);
+  });
+  // Rank 1, played here: on the same host, but its /dev/shm will not map the segment.
+  store->set("shm/host/1", store->wait_get("shm/host/0", std::chrono::seconds(10)));
+  EXPECT_FALSE(store->wait_get("shm/name", std::chrono::seconds(10)).empty());
+  store->set("shm/mapped/1", "0");
+  const auto [fell_back, why, on_one_host] = rank0.get();
+  EXPECT_TRUE(fell_back);
+  EXPECT_TRUE(on_one_host) << "the case the Gloo backend warns about";
+  EXPECT_NE(why.find("could not map"), std::string::npos) << why;
 }
 
 TEST(SharedMemoryAllreduce, APeerThatLeftFailsTheWaiterAtOnce) {

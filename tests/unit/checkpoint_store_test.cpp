@@ -372,10 +372,12 @@ TEST_F(CheckpointStoreTest, SurvivesSigkillDuringSave) {
     while (::read(fds[0], &event, sizeof event) == static_cast<ssize_t>(sizeof event)) {
       if (event.kind == kStarted) last_started = event.step;
       if (event.kind == kDone) last_done = event.step;
-      if (event.kind == kill_kind && event.step == kill_step) {
+      if (!killed && event.kind == kill_kind && event.step == kill_step) {
+        // The child may already be further on: the pipe holds what it said
+        // since, and the loop reads it to the end (EOF, the child is dead),
+        // so last_started and last_done are where the child really was.
         child.reap();
         killed = true;
-        break;
       }
     }
     ::close(fds[0]);
