@@ -2,6 +2,7 @@
 # One command from a fresh Debian machine to a result:
 #   deploy/setup.sh main   install what is missing, build, run the main job
 #   deploy/setup.sh test   install what is missing, build, run the whole test suite
+#                          (then its sanitizer stages: tests/sanitizers/run.sh)
 # Re-running is cheap: packages already present are skipped and ccache keeps
 # the objects of earlier builds.
 set -euo pipefail
@@ -37,7 +38,16 @@ case "$mode" in
     ;;
   test)
     # One test at a time: integration tests time the launcher's reactions.
-    cd "$build" && ctest --output-on-failure
+    # Then the sanitizer stages (tests/sanitizers/run.sh), each in its own
+    # build tree; DDP_SANITIZER_STAGES="" skips them on a developer's machine.
+    status=0
+    t0=$SECONDS
+    (cd "$build" && ctest --output-on-failure) || status=1
+    echo "test suite: $((SECONDS - t0)) s"
+    for stage in ${DDP_SANITIZER_STAGES-address thread}; do
+      bash "$repo/tests/sanitizers/run.sh" "$stage" "$build" || status=1
+    done
+    exit $status
     ;;
   *)
     echo "usage: deploy/setup.sh main|test" >&2
