@@ -2,10 +2,12 @@
 // Python's torch.save / torch.load.
 #include "tensor_file.h"
 
+#include <caffe2/serialize/inline_container.h>
 #include <gtest/gtest.h>
 
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <stdexcept>
 
 #include "models.h"
@@ -106,6 +108,110 @@ TEST(TensorFile, Errors) {
   EXPECT_THROW(save_tensor_dict(dir.file("dup.pt"), {{"a", torch::ones({1})}, {"a", torch::ones({1})}}),
                std::invalid_argument);
   EXPECT_FALSE(std::filesystem::exists(dir.file("dup.pt")));
+}
+
+// --- hostile files (found by tests/fuzz/tensor_file_fuzz) -----------------
+
+void expect_load_error(const std::string& path, const std::string& needle) {
+  try {
+    load_tensor_dict(path);
+    ADD_FAILURE() << "no error for " << path;
+  } catch (const std::runtime_error& e) {
+    const std::string what = e.what();
+    EXPECT_EQ(what.rfind(path + ": ", 0), 0u) << what;
+    EXPECT_NE(what.find(needle), std::string::npos) << what;
+    EXPECT_EQ(what.find('\n'), std::string::npos) << what;
+  }
+}
+
+// A torch.save archive holding `pkl` as data.pkl and `records` as data/0, data/1, ...
+void write_archive(const std::string& path, const std::string& pkl, const std::vector<std::string>& records = {}) {
+  caffe2::serialize::PyTorchStreamWriter writer(path);
+  for (size_t i = 0; i < records.size(); ++i) {
+    writer.writeRecord("data/" + std::to_string(i), records[i].data(), records[i].size());
+  }
+  writer.writeRecord("data.pkl", pkl.data(), pkl.size());
+  writer.writeEndOfFile();
+}
+
+std::string pickle_str(const std::string& text) {
+  std::string out = "X";
+  for (int k = 0; k < 4; ++k) out.push_back(static_cast<char>((text.size() >> (8 * k)) & 0xff));
+  return out + text;
+}
+
+std::string pickle_int(int64_t v) {
+  std::string out = "\x8a\x08";
+  for (int k = 0; k < 8; ++k) out.push_back(static_cast<char>((static_cast<uint64_t>(v) >> (8 * k)) & 0xff));
+  return out;
+}
+
+// {"w": float tensor} as torch.save writes it, with the storage's element
+// count, the sizes and the strides as given (offset 0, storage data/0).
+std::string one_tensor_pickle(int64_t numel, const std::vector<int64_t>& sizes, const std::vector<int64_t>& strides) {
+  std::string p = "\x80\x02}(" + pickle_str("w") + "ctorch._utils\n_rebuild_tensor_v2\n((" + pickle_str("storage") +
+                  "ctorch\nFloatStorage\n" + pickle_str("0") + pickle_str("cpu") + pickle_int(numel) + "tQ" +
+                  pickle_int(0) + "(";
+  for (int64_t s : sizes) p += pickle_int(s);
+  p += "t(";
+  for (int64_t s : strides) p += pickle_int(s);
+  return p + "t\x89" "ccollections\nOrderedDict\n)RtRu.";
+}
+
+TEST(TensorFileHostile, ADamagedRecordIsAnErrorNamingTheFile) {
+  TempDir dir;
+  ASSERT_TRUE(dir.ok());
+  const std::string path = dir.file("damaged.pt");
+  save_tensor_dict(path, {{"a", torch::ones({2})}});
+  std::string bytes;
+  {
+    std::ifstream in(path, std::ios::binary);
+    bytes.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+  }
+  // The signature of data.pkl's local header: LibTorch's reader fails on it
+  // with a c10::Error (several lines, a C++ backtrace, no file name).
+  const size_t name = bytes.find("data.pkl");
+  ASSERT_NE(name, std::string::npos);
+  const size_t header = bytes.rfind("PK\x03\x04", name);
+  ASSERT_NE(header, std::string::npos);
+  bytes[header + 3] = '\xff';
+  {
+    std::ofstream out(path, std::ios::binary | std::ios::trunc);
+    out << bytes;
+  }
+  expect_load_error(path, "not a readable torch.save archive");
+}
+
+TEST(TensorFileHostile, AStorageLargerThanItsRecordIsRefusedBeforeAnythingIsAllocated) {
+  TempDir dir;
+  ASSERT_TRUE(dir.ok());
+  const std::string path = dir.file("huge.pt");
+  // 2^40 floats (4 TiB) said to be in a 16-byte record.
+  write_archive(path, one_tensor_pickle(int64_t{1} << 40, {1}, {1}), {std::string(16, '\0')});
+  expect_load_error(path, "tensor data record data/0 is truncated");
+}
+
+TEST(TensorFileHostile, SizesAndStridesWhoseExtentOverflowsAreRefused) {
+  TempDir dir;
+  ASSERT_TRUE(dir.ok());
+  const std::string path = dir.file("overflow.pt");
+  // (2^62 - 1) * 4 + 1 wraps around 64 bits to a small number: inside the storage.
+  write_archive(path, one_tensor_pickle(4, {int64_t{1} << 62, 2}, {4, 1}), {std::string(16, '\0')});
+  expect_load_error(path, "outside its storage");
+}
+
+TEST(TensorFileHostile, DeepAndSelfReferencingPicklesAreRefusedWithoutCrashingOrLeaking) {
+  TempDir dir;
+  ASSERT_TRUE(dir.ok());
+  // A million nested tuples: freed link by link, that overflowed the stack.
+  const std::string deep = dir.file("deep.pt");
+  constexpr size_t kDepth = 1'000'000;
+  write_archive(deep, "\x80\x02" + std::string(kDepth, '(') + std::string(kDepth, 't') + ".");
+  expect_load_error(deep, "expected a dict of name -> tensor, found tuple");
+  // A list appended to itself (leaked before; the sanitizer build's leak check sees it).
+  const std::string cycle = dir.file("cycle.pt");
+  write_archive(cycle, "\x80\x02]2a.");
+  expect_load_error(cycle, "found list");
 }
 
 // --- with Python ---------------------------------------------------------

@@ -7,6 +7,7 @@
 #include <atomic>
 #include <functional>
 #include <future>
+#include <limits>
 #include <memory>
 #include <set>
 #include <string>
@@ -1616,6 +1617,68 @@ TEST_F(FailoverTest, ARestartedCoordinatorThatHearsAnAgentOfItsEarlierLifeEndsIt
   EXPECT_EQ(own->status.code(), StatusCode::kFailedPrecondition);
   EXPECT_NE(own->status.message().find("its node restarted"), std::string::npos) << own->status.message();
   EXPECT_TRUE(job().finished());
+}
+
+
+// ------------------------------------------- found by coordinator_rpc_fuzz
+
+// Nothing stays parked on a finished job: the coordinator forgets a finished
+// job 10 minutes on, and a call still parked then would never be answered.
+TEST_F(CoordinatorJobTest, AKvWaitMadeBeforeTheRendezvousTimedOutIsAnsweredWhenTheJobEnds) {
+  make(2, 1);
+  auto alone = join(params("alone"), 5s);
+  auto wait = kv_wait(0, {"never-set"}, 1h);
+  clock().advance(5s);
+  job().tick();
+  ASSERT_TRUE(job().finished());
+  ASSERT_EQ(alone->calls, 1);
+  ASSERT_EQ(wait->calls, 1) << "answered now, not in an hour";
+  EXPECT_EQ(wait->status.code(), StatusCode::kAborted) << wait->status.message();
+}
+
+TEST_F(MembershipTest, ANewcomerWaitingForTheNextRestartHearsAtOnceThatTheJobHasFinished) {
+  make_elastic(1, 3, /*max_restarts=*/1, 0, JobConfig::Grow::kAtRestart);
+  form({host(0), host(1)}, 0, /*at_once=*/false);
+  auto newcomer = join(elastic_params(host(2), 0), 3600s);
+  EXPECT_TRUE(report(0, 0, 0).ok());
+  EXPECT_TRUE(report(0, 1, 0).ok());
+  ASSERT_TRUE(job().finished());
+  ASSERT_EQ(newcomer->calls, 1) << "answered now, not in an hour";
+  EXPECT_EQ(newcomer->status.code(), StatusCode::kFailedPrecondition) << newcomer->status.message();
+}
+
+// A generation that never ended here is not "the last restart's": generation
+// -1 before any restart, and the lost coordinator's last generation after a
+// takeover, are over (restarting), and a watch answers for the generation
+// it asked about.
+TEST_F(CoordinatorJobTest, AWatchOfTheGenerationBeforeTheFirstIsAnsweredForThatGeneration) {
+  make(1);
+  form_world();
+  auto before = watch(-1, GenerationState::kRunning);
+  ASSERT_EQ(before->calls, 1);
+  EXPECT_TRUE(before->status.ok());
+  EXPECT_EQ(before->view.generation, -1);
+  EXPECT_EQ(before->view.state, GenerationState::kRestarting);
+}
+
+TEST_F(FailoverTest, TheGenerationATakeoverContinuesFromIsOverForAWatch) {
+  Takeover t;
+  t.epoch = 1;
+  t.generation = 1;
+  t.previous_nnodes = 2;
+  make_failover(1, 2, t);
+  auto lost = watch(0, GenerationState::kRunning);
+  ASSERT_EQ(lost->calls, 1) << "generation 0 ran at the lost coordinator; it is not running here";
+  EXPECT_EQ(lost->view.generation, 0);
+  EXPECT_EQ(lost->view.state, GenerationState::kRestarting);
+}
+
+TEST_F(FailoverTest, AnEpochOfIntMaxFencesTheJobAndNamesItsEntryWithoutOverflowing) {
+  make_failover(/*epoch=*/0, /*endpoints=*/2);
+  form({host(0), host(1), host(2)}, 0);
+  EXPECT_EQ(job().check_epoch(std::numeric_limits<int>::max()).code(), StatusCode::kFailedPrecondition);
+  const std::string reason = job().current_view().reason;
+  EXPECT_NE(reason.find("(--rdzv-endpoint entry 2147483648)"), std::string::npos) << reason;
 }
 
 }  // namespace

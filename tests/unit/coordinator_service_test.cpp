@@ -9,12 +9,14 @@
 
 #include <filesystem>
 #include <future>
+#include <limits>
 #include <thread>
 
 #include "agent/local_agent_service.h"
 #include "coordinator/coordinator_client.h"
 #include "coordinator/coordinator_server.h"
 #include "coordinator/coordinator_service.h"
+#include "health/heartbeat_proto.h"
 
 namespace ddp {
 namespace {
@@ -134,8 +136,10 @@ TEST_F(CoordinatorServiceTest, MismatchedAgentIsRefusedAndTheJobGoesOn) {
 
 TEST_F(CoordinatorServiceTest, OversizedValueIsRefused) {
   auto a = client();
-  EXPECT_EQ(a->kv_set(0, "big", std::string((1 << 20) + 1, 'x'), 5s).code(), StatusCode::kResourceExhausted);
-  EXPECT_EQ(a->kv_set(0, std::string(5000, 'k'), "v", 5s).code(), StatusCode::kResourceExhausted);
+  // A generous deadline: under ThreadSanitizer, moving a megabyte through
+  // gRPC's and protobuf's instrumented inline code takes some 10 s of CPU.
+  EXPECT_EQ(a->kv_set(0, "big", std::string((1 << 20) + 1, 'x'), 120s).code(), StatusCode::kResourceExhausted);
+  EXPECT_EQ(a->kv_set(0, std::string(5000, 'k'), "v", 120s).code(), StatusCode::kResourceExhausted);
 }
 
 TEST_F(CoordinatorServiceTest, FailureOnOneNodeIsSeenByTheOthersWatch) {
@@ -228,6 +232,27 @@ TEST(PeerHost, TakesTheAddressOutOfGrpcPeerStrings) {
   EXPECT_EQ(peer_host("ipv4:10.0.0.2:5000"), "10.0.0.2");
   EXPECT_EQ(peer_host("ipv6:%5B::1%5D:5000"), "::1");
   EXPECT_EQ(peer_host("ipv6:[fe80::1]:80"), "fe80::1");
+}
+
+// Found by coordinator_rpc_fuzz: counts of milliseconds from the wire (a
+// collective's age, a heartbeat's time held, a call's wait) became
+// Duration's nanoseconds unchecked, and past 2^63 ns that overflowed.
+TEST(ProtocolDurations, AgesAndWaitsFromTheWireAreClampedNotOverflowed) {
+  constexpr int64_t kHuge = std::numeric_limits<int64_t>::max();
+  pb::WorkerHeartbeat hb;
+  hb.set_rank(1);
+  hb.add_recent()->set_age_ms(kHuge);
+  hb.add_recent()->set_age_ms(-5);
+  hb.add_recent()->set_age_ms(1500);
+  const RankReport r = from_proto(hb, 0, "h");
+  ASSERT_EQ(r.recent.size(), 3u);
+  EXPECT_EQ(r.recent[0].age, std::chrono::milliseconds(kMaxHeartbeatAgeMs));
+  EXPECT_EQ(r.recent[1].age, Duration::zero());
+  EXPECT_EQ(r.recent[2].age, 1500ms);
+  EXPECT_EQ(heartbeat_age(kHuge), std::chrono::milliseconds(kMaxHeartbeatAgeMs));
+  EXPECT_EQ(call_wait(kHuge), std::chrono::milliseconds(CoordinatorLimits::kMaxWaitMs));
+  EXPECT_EQ(call_wait(-1), Duration::zero());
+  EXPECT_EQ(call_wait(30000), 30s);
 }
 
 }  // namespace

@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <limits>
 #include <memory>
 #include <string>
 #include <vector>
@@ -93,6 +94,24 @@ TEST_F(KvStoreTest, AddOnANonIntegerValueIsInvalidArgumentAndLeavesItUnchanged) 
 
   kv.set("e", "", fired);
   EXPECT_EQ(kv.add("e", 1, result, fired).code(), StatusCode::kInvalidArgument);
+}
+
+// Found by coordinator_rpc_fuzz: the delta comes from any caller of KvAdd,
+// and a sum past 64 bits was undefined behaviour (in practice it wrapped).
+TEST_F(KvStoreTest, AddBeyond64BitsIsInvalidArgumentAndLeavesTheValueUnchanged) {
+  const int64_t max = std::numeric_limits<int64_t>::max();
+  int64_t result = 0;
+  ASSERT_TRUE(kv.add("n", max, result, fired).ok());
+  result = 7;
+  const Status up = kv.add("n", 1, result, fired);
+  EXPECT_EQ(up.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(up.message().find("overflows"), std::string::npos) << up.message();
+  EXPECT_EQ(result, 7) << "nothing returned";
+  EXPECT_EQ(kv.get("n"), std::to_string(max));
+  kv.set("m", std::to_string(std::numeric_limits<int64_t>::min()), fired);
+  EXPECT_EQ(kv.add("m", -1, result, fired).code(), StatusCode::kInvalidArgument);
+  ASSERT_TRUE(kv.add("m", max, result, fired).ok());
+  EXPECT_EQ(result, -1);
 }
 
 TEST_F(KvStoreTest, CompareSetSwapsWhenTheValueIsTheExpectedOne) {

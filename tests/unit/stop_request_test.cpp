@@ -10,6 +10,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <sstream>
 
 namespace ddp {
@@ -35,6 +36,15 @@ TEST(ChooseStopStep, BeyondAnyStepARankCanReachBeforeItReadsTheRequest) {
   EXPECT_EQ(choose_stop_step({report(0, 10, 60.0)}, 2s), 11 + 1 + 1);
   // No step time yet: two steps of margin.
   EXPECT_EQ(choose_stop_step({report(0, 0, 0)}, 2s), 1 + 2 + 1);
+}
+
+// Found by coordinator_rpc_fuzz: a step is whatever a rank (or an agent)
+// sent, and one near 2^63 made the sums overflow.
+TEST(ChooseStopStep, AStepNearTheLargestSaturatesInsteadOfOverflowing) {
+  constexpr int64_t kLast = std::numeric_limits<int64_t>::max();
+  EXPECT_EQ(choose_stop_step({report(0, kLast, 0.5)}, 2s), kLast);
+  EXPECT_EQ(choose_stop_step({report(0, 3, 0.5), report(1, kLast - 2, 0)}, 2s), kLast);
+  EXPECT_EQ(choose_stop_step({report(0, kLast - 20, 0.5)}, 2s), kLast - 20 + 1 + 4 + 1);
 }
 
 TEST(ChooseStopStep, NoneWhenNoRankReportsSteps) {

@@ -126,15 +126,37 @@ struct PObj {
 
 class PickleReader {
  public:
-  PickleReader(std::string path, caffe2::serialize::PyTorchStreamReader& zip) : path_(std::move(path)), zip_(zip) {
-    if (zip_.hasRecord("byteorder")) {
-      auto [data, size] = zip_.getRecord("byteorder");
-      std::string order(static_cast<const char*>(data.get()), size);
-      if (order != "little") throw error("saved with byte order '" + order + "', only little-endian is supported");
+  PickleReader(const PickleReader&) = delete;
+  PickleReader& operator=(const PickleReader&) = delete;
+
+  // Objects may hold each other in cycles (a list appended to itself) and
+  // nest a million deep ("((((...tttt"): left to their shared_ptrs, the
+  // first would leak and the second would overflow the stack while freeing.
+  // Cutting every link first frees each object on its own.
+  ~PickleReader() {
+    for (const PPtr& p : made_) {
+      p->items.clear();
+      p->dict.clear();
     }
-    if (!zip_.hasRecord("data.pkl")) throw error("no data.pkl record (not a torch.save file)");
-    auto [data, size] = zip_.getRecord("data.pkl");
-    bytes_.assign(static_cast<const char*>(data.get()), static_cast<const char*>(data.get()) + size);
+  }
+
+  PickleReader(std::string path, caffe2::serialize::PyTorchStreamReader& zip) : path_(std::move(path)), zip_(zip) {
+    // A damaged record (bad CRC, bad local header) fails inside LibTorch with
+    // a c10::Error: a multi-line message not naming the file.
+    try {
+      if (zip_.hasRecord("byteorder")) {
+        auto [data, size] = zip_.getRecord("byteorder");
+        std::string order(static_cast<const char*>(data.get()), size);
+        if (order != "little") throw error("saved with byte order '" + order + "', only little-endian is supported");
+      }
+      if (!zip_.hasRecord("data.pkl")) throw error("no data.pkl record (not a torch.save file)");
+      auto [data, size] = zip_.getRecord("data.pkl");
+      bytes_.assign(static_cast<const char*>(data.get()), static_cast<const char*>(data.get()) + size);
+    } catch (const std::runtime_error&) {
+      throw;
+    } catch (const std::exception& e) {
+      throw error("not a readable torch.save archive: " + first_line(e.what()));
+    }
   }
 
   PPtr run() {
@@ -150,7 +172,10 @@ class PickleReader {
  private:
   std::runtime_error error(const std::string& what) const { return file_error(path_, what); }
 
-  static PPtr make(PKind kind) { return std::make_shared<PObj>(kind); }
+  PPtr make(PKind kind) {
+    made_.push_back(std::make_shared<PObj>(kind));
+    return made_.back();
+  }
 
   const char* take(size_t n) {
     if (n > bytes_.size() - pos_) throw error("truncated pickle data");
@@ -254,12 +279,17 @@ class PickleReader {
     auto dtype = kTypes.find(type);
     if (dtype == kTypes.end()) throw error("unsupported storage type " + type);
     const int64_t numel = pid->items[4]->i;
+    if (numel < 0) throw error("bad tensor storage (negative size)");
     const std::string record = "data/" + key;
     if (!zip_.hasRecord(record)) throw error("missing tensor data record " + record);
     auto [data, size] = zip_.getRecord(record);
+    // Checked before allocating: the element count is the file's word, the
+    // record's size is what is really there.
+    size_t need = 0;
+    if (__builtin_mul_overflow(static_cast<size_t>(numel), c10::elementSize(dtype->second), &need) || size < need) {
+      throw error("tensor data record " + record + " is truncated");
+    }
     auto storage = torch::empty({numel}, torch::TensorOptions().dtype(dtype->second));
-    const size_t need = static_cast<size_t>(numel) * storage.element_size();
-    if (size < need) throw error("tensor data record " + record + " is truncated");
     if (need > 0) std::memcpy(storage.data_ptr(), data.get(), need);
     auto p = make(PKind::Storage);
     p->tensor = storage;
@@ -281,14 +311,22 @@ class PickleReader {
       auto strides = int_tuple(a[3], "stride", *this);
       if (sizes.size() != strides.size()) throw error("bad tensor record (size/stride rank differ)");
       const auto& storage = a[0]->tensor;
-      int64_t extent = a[1]->i;
+      if (a[1]->i < 0) throw error("bad tensor record (outside its storage)");
       bool empty = false;
       for (size_t d = 0; d < sizes.size(); ++d) {
         if (sizes[d] < 0 || strides[d] < 0) throw error("bad tensor record (negative size or stride)");
         if (sizes[d] == 0) empty = true;
-        extent += (sizes[d] - 1) * strides[d];
       }
-      if (a[1]->i < 0 || (!empty && extent >= storage.numel())) throw error("bad tensor record (outside its storage)");
+      // The last element's index, offset + sum((size - 1) * stride): sizes
+      // and strides are the file's, so the sum may not fit in 64 bits.
+      int64_t extent = a[1]->i;
+      for (size_t d = 0; d < sizes.size() && !empty; ++d) {
+        int64_t span = 0;
+        if (__builtin_mul_overflow(sizes[d] - 1, strides[d], &span) || __builtin_add_overflow(extent, span, &extent)) {
+          throw error("bad tensor record (outside its storage)");
+        }
+      }
+      if (!empty && extent >= storage.numel()) throw error("bad tensor record (outside its storage)");
       auto p = make(PKind::Tensor);
       p->tensor = empty ? torch::empty(sizes, storage.options()) : storage.as_strided(sizes, strides, a[1]->i);
       return p;
@@ -445,6 +483,7 @@ class PickleReader {
   std::vector<size_t> marks_;
   std::map<uint64_t, PPtr> memo_;
   std::map<std::string, PPtr> storages_;
+  std::vector<PPtr> made_;  // every object made, so that ~PickleReader frees them flat
 };
 
 std::string storage_type_name(c10::ScalarType type) {

@@ -7,6 +7,8 @@
 // Threading: thread-safe. Jobs are shared_ptr so an RPC in flight keeps its
 // job alive while the registry drops it.
 
+#include <algorithm>
+#include <cstdint>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -29,7 +31,17 @@ struct CoordinatorLimits {
   static constexpr size_t kMaxKeysPerWait = 1 << 16;
   static constexpr int kMaxNodes = 1 << 16;
   static constexpr int kMaxNproc = 1 << 12;
+  /// The longest wait a call may ask for (join, KV wait, barrier, an elastic
+  /// last call): a year. Longer ones are cut to it, since a larger count of
+  /// milliseconds overflows Duration's nanoseconds, and a deadline the clock.
+  static constexpr int64_t kMaxWaitMs = int64_t{365} * 24 * 3600 * 1000;
 };
+
+/// A call's wait in milliseconds as a Duration: negative is none, longer
+/// than CoordinatorLimits::kMaxWaitMs is that.
+inline Duration call_wait(int64_t ms) {
+  return std::chrono::milliseconds(std::clamp<int64_t>(ms, 0, CoordinatorLimits::kMaxWaitMs));
+}
 
 class Coordinator {
  public:

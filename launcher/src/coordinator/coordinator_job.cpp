@@ -108,7 +108,7 @@ Status CoordinatorJob::check_epoch(int epoch) {
       const std::string why = fmt::format(
           "the coordinator of epoch {} (--rdzv-endpoint entry {}) has taken the job over: this one (epoch {}) ends "
           "its copy",
-          epoch, epoch + 1, config_.epoch);
+          epoch, int64_t{epoch} + 1, config_.epoch);  // the caller's number: INT_MAX + 1 must not overflow
       spdlog::warn("job {}: {}", job_id_, why);
       finish_now(exit_code::kNodeLost, why, fired);
     }
@@ -540,6 +540,15 @@ void CoordinatorJob::grow_if_waiting(Fired& fired) {
 
 void CoordinatorJob::set_state(GenerationState state, Fired& fired) {
   state_ = state;
+  if (state == GenerationState::kFinished) {
+    // Nothing parked on a finished job can complete: answer it now, not at
+    // its own deadline, which may come after the coordinator has forgotten
+    // the job (and with it the call). A KV wait made before a rendezvous
+    // timed out, a newcomer waiting for a generation that will not come.
+    const std::string why = "the job has finished";
+    rendezvous_.abort({StatusCode::kFailedPrecondition, why}, fired.joins);
+    store_.clear({StatusCode::kAborted, why}, fired.waits);
+  }
   release_watches(fired);
 }
 
@@ -547,7 +556,13 @@ GenerationView CoordinatorJob::view_of(int64_t generation) const {
   GenerationView v;
   v.generation = generation;
   // An earlier generation is over, and the job has moved on to a later one.
-  if (generation == generation_ - 1) return last_restart_view_;
+  // last_restart_view_ says how once a generation ended here (its state is
+  // then kRestarting); before that there is none: not before the first
+  // restart (a watch of generation -1), nor for the generation a takeover
+  // continues from, which ended at the lost coordinator.
+  if (generation == generation_ - 1 && last_restart_view_.state == GenerationState::kRestarting) {
+    return last_restart_view_;
+  }
   v.state = generation < generation_ ? GenerationState::kRestarting : state_;
   if (generation == generation_ && !root_cause_) v.reason = membership_stop_;
   if (state_ == GenerationState::kFinished && generation == generation_) v.exit_code = finished_view_.exit_code;

@@ -16,7 +16,7 @@ namespace {
 
 using Limits = CoordinatorLimits;
 
-Duration millis(int64_t ms) { return std::chrono::milliseconds(std::max<int64_t>(ms, 0)); }
+Duration millis(int64_t ms) { return call_wait(ms); }
 
 Status too_big(const char* what, size_t size, size_t limit) {
   return {StatusCode::kResourceExhausted, fmt::format("{} of {} bytes exceeds the limit of {}", what, size, limit)};
@@ -129,7 +129,7 @@ CoordinatorService::Reactor* CoordinatorService::AgentHeartbeat(Ctx* ctx, const 
     std::vector<ForwardedReport> workers;
     workers.reserve(static_cast<size_t>(req->workers_size()));
     for (const auto& w : req->workers()) {
-      workers.push_back({from_proto(w, req->node_rank(), req->host()), std::chrono::milliseconds(w.held_ms())});
+      workers.push_back({from_proto(w, req->node_rank(), req->host()), heartbeat_age(w.held_ms())});
     }
     std::vector<RankStacks> stacks;
     stacks.reserve(static_cast<size_t>(req->stacks_size()));

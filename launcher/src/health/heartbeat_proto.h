@@ -4,6 +4,9 @@
 // local agent service (worker -> agent), the coordinator client (agent ->
 // coordinator) and the coordinator service.
 
+#include <algorithm>
+#include <chrono>
+#include <cstdint>
 #include <string>
 
 #include "ddplaunch/v1/coordinator.pb.h"
@@ -17,6 +20,16 @@ inline WorkerPhase phase_from_string(const std::string& name) {
     if (name == to_string(p)) return p;
   }
   return WorkerPhase::kUnknown;
+}
+
+/// Ages (a collective's, a heartbeat's time held at the agent) beyond this
+/// are clamped, as in the companion's messages: a larger count of
+/// milliseconds would overflow Duration's nanoseconds (1e12 ms is 1e9 s).
+inline constexpr int64_t kMaxHeartbeatAgeMs = 1'000'000'000'000;
+
+/// An age in milliseconds from the protocol: negative is none.
+inline Duration heartbeat_age(int64_t ms) {
+  return std::chrono::milliseconds(std::clamp<int64_t>(ms, 0, kMaxHeartbeatAgeMs));
 }
 
 /// node_rank and host are the agent's (the worker does not send them).
@@ -37,7 +50,7 @@ inline RankReport from_proto(const ::ddplaunch::v1::WorkerHeartbeat& hb, int nod
   r.exiting = hb.exiting();
   for (const auto& c : hb.recent()) {
     r.recent.push_back(CollectiveSeen{c.sequence(), c.op(), c.bytes(), c.dtype(), c.state(),
-                                      std::chrono::milliseconds(c.age_ms())});
+                                      heartbeat_age(c.age_ms())});
   }
   return r;
 }

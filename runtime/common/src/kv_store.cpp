@@ -27,7 +27,14 @@ Status KvStore::add(const std::string& key, int64_t delta, int64_t& result, Fire
       return {StatusCode::kInvalidArgument, fmt::format("key '{}' does not hold an integer", key)};
     }
   }
-  result = current + delta;
+  // Both numbers come from callers (Gloo's counters, but also any RPC): a
+  // sum past 64 bits is refused, not wrapped.
+  int64_t sum = 0;
+  if (__builtin_add_overflow(current, delta, &sum)) {
+    return {StatusCode::kInvalidArgument,
+            fmt::format("adding {} to key '{}' ({}) overflows a 64-bit integer", delta, key, current)};
+  }
+  result = sum;
   data_[key] = std::to_string(result);
   release_ready(key, fired);
   return Status::Ok();

@@ -35,7 +35,8 @@ class KvStore {
   void set(const std::string& key, std::string value, FiredWaits& fired);
   std::optional<std::string> get(const std::string& key) const;
   /// Adds delta to the integer stored at key (absent counts as 0); returns the sum.
-  /// A present value that is not an integer gives InvalidArgument.
+  /// A present value that is not an integer gives InvalidArgument, and so does
+  /// a sum beyond 64 bits (nothing changes then).
   Status add(const std::string& key, int64_t delta, int64_t& result, FiredWaits& fired);
   /// Sets key to desired when its value is expected (or it is absent, with
   /// expect_absent). Returns whether it swapped; current gets the value after.
