@@ -191,13 +191,23 @@ TEST(TensorFileHostile, AStorageLargerThanItsRecordIsRefusedBeforeAnythingIsAllo
   expect_load_error(path, "tensor data record data/0 is truncated");
 }
 
-TEST(TensorFileHostile, SizesAndStridesWhoseExtentOverflowsAreRefused) {
+TEST(TensorFileHostile, SizesAndStridesThatOverflow64BitsAreRefused) {
   TempDir dir;
   ASSERT_TRUE(dir.ok());
   const std::string path = dir.file("overflow.pt");
   // (2^62 - 1) * 4 + 1 wraps around 64 bits to a small number: inside the storage.
   write_archive(path, one_tensor_pickle(4, {int64_t{1} << 62, 2}, {4, 1}), {std::string(16, '\0')});
   expect_load_error(path, "outside its storage");
+  // Zero strides keep any view inside its storage; its element count must still fit.
+  const std::string count = dir.file("count.pt");
+  write_archive(count, one_tensor_pickle(4, {int64_t{1} << 62, 4}, {0, 0}), {std::string(16, '\0')});
+  expect_load_error(count, "too many elements");
+  // One that fits is a valid view (torch.save of an expanded tensor).
+  const std::string expanded = dir.file("expanded.pt");
+  write_archive(expanded, one_tensor_pickle(4, {1000, 4}, {0, 1}), {std::string(16, '\0')});
+  const TensorDict loaded = load_tensor_dict(expanded);
+  ASSERT_EQ(loaded.size(), 1u);
+  EXPECT_EQ(loaded[0].second.sizes(), (std::vector<int64_t>{1000, 4}));
 }
 
 TEST(TensorFileHostile, DeepAndSelfReferencingPicklesAreRefusedWithoutCrashingOrLeaking) {
@@ -212,6 +222,19 @@ TEST(TensorFileHostile, DeepAndSelfReferencingPicklesAreRefusedWithoutCrashingOr
   const std::string cycle = dir.file("cycle.pt");
   write_archive(cycle, "\x80\x02]2a.");
   expect_load_error(cycle, "found list");
+}
+
+TEST(TensorFileHostile, TextFromTheFileInAnErrorStaysOnOneLine) {
+  TempDir dir;
+  ASSERT_TRUE(dir.ok());
+  // {"a\nb": 1}: the key goes into the message, escaped.
+  const std::string newline = dir.file("newline.pt");
+  write_archive(newline, "\x80\x02}(" + pickle_str("a\nb") + "K\x01u.");
+  expect_load_error(newline, "entry 'a\\x0ab' is not a tensor (int)");
+  // A key as long as the file is cut short.
+  const std::string long_key = dir.file("long_key.pt");
+  write_archive(long_key, "\x80\x02}(" + pickle_str(std::string(100000, 'k')) + "K\x01u.");
+  expect_load_error(long_key, "entry '" + std::string(120, 'k') + "...' is not a tensor");
 }
 
 // --- with Python ---------------------------------------------------------

@@ -36,6 +36,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <iterator>
 #include <optional>
@@ -53,6 +54,14 @@ constexpr int64_t kStep = 7;
 constexpr int64_t kOlderStep = 3;
 const char kOlderPayload[] = "older payload";
 
+// The directories made, removed when the process exits (a crash leaves
+// them, with the input).
+std::vector<std::string>& made_dirs() {
+  static std::vector<std::string> dirs;
+  return dirs;
+}
+
+// A new directory, on a RAM file system where there is one.
 std::string make_dir(const char* name) {
   const char* base = access("/dev/shm", W_OK) == 0 ? "/dev/shm" : (getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp");
   std::string tmpl = std::string(base) + "/" + name + ".XXXXXX";
@@ -60,6 +69,13 @@ std::string make_dir(const char* name) {
     std::perror("mkdtemp");
     std::abort();
   }
+  if (made_dirs().empty()) {
+    std::atexit([] {
+      std::error_code ignored;
+      for (const std::string& dir : made_dirs()) std::filesystem::remove_all(dir, ignored);
+    });
+  }
+  made_dirs().push_back(tmpl);
   return tmpl;
 }
 

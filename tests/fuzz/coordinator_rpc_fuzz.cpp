@@ -152,7 +152,7 @@ struct Agent {
 class Harness {
  public:
   explicit Harness(FuzzedDataProvider& in)
-      : in_(in), coordinator_(clock_, ids_, coordinator_options()) {
+      : in_(in), coordinator_(clock_, ids_) {
     config_.nnodes = in_.ConsumeIntegralInRange(1, kAgents);
     config_.nproc = in_.ConsumeIntegralInRange(1, 4);
     config_.min_nnodes = in_.ConsumeIntegralInRange(0, config_.nnodes);
@@ -188,8 +188,6 @@ class Harness {
   }
 
  private:
-  static ddp::CoordinatorOptions coordinator_options() { return {}; }
-
   std::shared_ptr<Parked> park(const char* call) {
     parked_.push_back(std::make_shared<Parked>(Parked{call}));
     return parked_.back();
@@ -199,7 +197,8 @@ class Harness {
   std::shared_ptr<ddp::CoordinatorJob> job_for() {
     std::shared_ptr<ddp::CoordinatorJob> job;
     const bool right = in_.ConsumeIntegralInRange(0, 15) != 0;
-    const int epoch = in_.ConsumeIntegralInRange(0, 15) != 0 ? config_.epoch : number(in_, -1, 3);
+    // Rarely another epoch: a later one ends the job here (it was taken over).
+    const int epoch = in_.ConsumeIntegralInRange(0, 63) != 0 ? config_.epoch : number(in_, -1, 3);
     const ddp::Status s = coordinator_.find(right ? kJob : "job-2", right ? kToken : "guess", job, epoch);
     FUZZ_CHECK(s.ok() == (job != nullptr));
     if (!right) FUZZ_CHECK(!s.ok());
@@ -735,10 +734,10 @@ class Harness {
   }
 
   // Time passes as the coordinator's timer sees it (it ticks every 100 ms):
-  // here a tick at least every 5 s, and more often than nodes time out.
-  // Meanwhile the agents that are up heartbeat, and their live workers
-  // repeat their last heartbeats, as they would; past 2 minutes the clock
-  // runs on without them (a long gap: every node is lost). A finished job
+  // here a tick at least every 5 s, and twice per node timeout. Meanwhile
+  // the agents that are up heartbeat, and their live workers repeat their
+  // last heartbeats, as they would; past a minute the clock runs on without
+  // them (a long gap: every node is lost). A finished job
   // is forgotten 10 minutes on, by when every call parked on it has been
   // answered at its deadline.
   void advance() {
@@ -746,11 +745,11 @@ class Harness {
     const size_t pick = in_.ConsumeIntegralInRange<size_t>(0, std::size(kSteps_ms));
     int64_t ms = pick < std::size(kSteps_ms) ? kSteps_ms[pick] : in_.ConsumeIntegralInRange<int64_t>(0, 1200000);
     const int64_t beat_ms =
-        std::clamp<int64_t>(std::chrono::duration_cast<std::chrono::milliseconds>(config_.node_timeout).count() / 3,
-                            100, 5000);
+        std::clamp<int64_t>(std::chrono::duration_cast<std::chrono::milliseconds>(config_.node_timeout).count() / 2,
+                            500, 5000);
     int64_t passed = 0;
     do {
-      const bool beating = passed < 120000;
+      const bool beating = passed < 60000;
       const int64_t step = std::min(ms, beating ? beat_ms : 5000);
       clock_.advance(std::chrono::milliseconds(step));
       ms -= step;

@@ -4,6 +4,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdint>
 #include <cstring>
@@ -31,6 +32,27 @@ std::string first_line(const std::string& text) {
   auto end = text.find('\n');
   std::string line = text.substr(0, end);
   return line.empty() ? "unknown error" : line;
+}
+
+// Text from the file (a key, a class name) as it goes into a one-line
+// message: control characters escaped, and cut short, since a key may be
+// as long as the file.
+std::string shown(const std::string& text) {
+  constexpr size_t kMax = 120;
+  size_t end = std::min(text.size(), kMax);
+  while (end < text.size() && end > 0 && (static_cast<unsigned char>(text[end]) & 0xc0) == 0x80) --end;  // whole UTF-8
+  std::string out;
+  for (size_t i = 0; i < end; ++i) {
+    const unsigned char c = static_cast<unsigned char>(text[i]);
+    if (c < 0x20 || c == 0x7f) {
+      char escaped[8];
+      std::snprintf(escaped, sizeof escaped, "\\x%02x", c);
+      out += escaped;
+    } else {
+      out += static_cast<char>(c);
+    }
+  }
+  return end < text.size() ? out + "..." : out;
 }
 
 std::string parent_dir(const std::string& path) {
@@ -141,22 +163,12 @@ class PickleReader {
   }
 
   PickleReader(std::string path, caffe2::serialize::PyTorchStreamReader& zip) : path_(std::move(path)), zip_(zip) {
-    // A damaged record (bad CRC, bad local header) fails inside LibTorch with
-    // a c10::Error: a multi-line message not naming the file.
-    try {
-      if (zip_.hasRecord("byteorder")) {
-        auto [data, size] = zip_.getRecord("byteorder");
-        std::string order(static_cast<const char*>(data.get()), size);
-        if (order != "little") throw error("saved with byte order '" + order + "', only little-endian is supported");
-      }
-      if (!zip_.hasRecord("data.pkl")) throw error("no data.pkl record (not a torch.save file)");
-      auto [data, size] = zip_.getRecord("data.pkl");
-      bytes_.assign(static_cast<const char*>(data.get()), static_cast<const char*>(data.get()) + size);
-    } catch (const std::runtime_error&) {
-      throw;
-    } catch (const std::exception& e) {
-      throw error("not a readable torch.save archive: " + first_line(e.what()));
+    if (zip_.hasRecord("byteorder")) {
+      const std::string order = read_record("byteorder");
+      if (order != "little") throw error("saved with byte order '" + shown(order) + "', only little-endian is supported");
     }
+    if (!zip_.hasRecord("data.pkl")) throw error("no data.pkl record (not a torch.save file)");
+    bytes_ = read_record("data.pkl");
   }
 
   PPtr run() {
@@ -171,6 +183,17 @@ class PickleReader {
 
  private:
   std::runtime_error error(const std::string& what) const { return file_error(path_, what); }
+
+  // A record's bytes. A damaged one (e.g. its local header) fails inside
+  // LibTorch with a c10::Error: several lines, without the file's name.
+  std::string read_record(const std::string& name) const {
+    try {
+      auto [data, size] = zip_.getRecord(name);
+      return std::string(static_cast<const char*>(data.get()), size);
+    } catch (const std::exception& e) {
+      throw error("not a readable torch.save archive: " + first_line(e.what()));
+    }
+  }
 
   PPtr make(PKind kind) {
     made_.push_back(std::make_shared<PObj>(kind));
@@ -277,17 +300,17 @@ class PickleReader {
         {"torch.ComplexFloatStorage", c10::kComplexFloat}, {"torch.ComplexDoubleStorage", c10::kComplexDouble},
         {"torch.UntypedStorage", c10::kByte}};
     auto dtype = kTypes.find(type);
-    if (dtype == kTypes.end()) throw error("unsupported storage type " + type);
+    if (dtype == kTypes.end()) throw error("unsupported storage type " + shown(type));
     const int64_t numel = pid->items[4]->i;
     if (numel < 0) throw error("bad tensor storage (negative size)");
     const std::string record = "data/" + key;
-    if (!zip_.hasRecord(record)) throw error("missing tensor data record " + record);
+    if (!zip_.hasRecord(record)) throw error("missing tensor data record " + shown(record));
     auto [data, size] = zip_.getRecord(record);
     // Checked before allocating: the element count is the file's word, the
     // record's size is what is really there.
     size_t need = 0;
     if (__builtin_mul_overflow(static_cast<size_t>(numel), c10::elementSize(dtype->second), &need) || size < need) {
-      throw error("tensor data record " + record + " is truncated");
+      throw error("tensor data record " + shown(record) + " is truncated");
     }
     auto storage = torch::empty({numel}, torch::TensorOptions().dtype(dtype->second));
     if (need > 0) std::memcpy(storage.data_ptr(), data.get(), need);
@@ -327,6 +350,12 @@ class PickleReader {
         }
       }
       if (!empty && extent >= storage.numel()) throw error("bad tensor record (outside its storage)");
+      // Zero strides make a view of any size over a small storage (as
+      // expand() does), but its element count must still fit in 64 bits.
+      int64_t numel = 1;
+      for (size_t d = 0; d < sizes.size() && !empty; ++d) {
+        if (__builtin_mul_overflow(numel, sizes[d], &numel)) throw error("bad tensor record (too many elements)");
+      }
       auto p = make(PKind::Tensor);
       p->tensor = empty ? torch::empty(sizes, storage.options()) : storage.as_strided(sizes, strides, a[1]->i);
       return p;
@@ -339,7 +368,7 @@ class PickleReader {
       if (a.empty()) throw error("bad restore_type_tag");
       return a[0];
     }
-    throw error("unsupported object in pickle: " + name);
+    throw error("unsupported object in pickle: " + shown(name));
   }
 
   PPtr run_inner() {
@@ -561,7 +590,7 @@ TensorDict load_tensor_dict(const std::string& path) {
       throw file_error(path, std::string("dict key is not a string (") + kind_name(key->kind) + ")");
     }
     if (value->kind != PKind::Tensor) {
-      throw file_error(path, "entry '" + key->s + "' is not a tensor (" + kind_name(value->kind) + ")");
+      throw file_error(path, "entry '" + shown(key->s) + "' is not a tensor (" + kind_name(value->kind) + ")");
     }
     out.emplace_back(key->s, value->tensor);
   }
