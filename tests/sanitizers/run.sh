@@ -81,16 +81,24 @@ cmake --build "$build" -j "$jobs" --target "${available[@]}"
 t_build=$((SECONDS - t0))
 
 status=0
+failed=()
+# Names the tests the last ctest run in $build recorded as failed.
+collect_failed() {
+  local list=$build/Testing/Temporary/LastTestsFailed.log
+  [[ -f $list ]] && mapfile -t -O "${#failed[@]}" failed < <(cut -d: -f2- "$list")
+  rm -f "$list"
+}
+rm -f "$build/Testing/Temporary/LastTestsFailed.log"
 t0=$SECONDS
 # The C++ test executables only: the fuzz smoke tests have their own
 # sanitizers, the companion's tests are Python.
-(cd "$build" && ctest --output-on-failure -L 'unit|multirank' -E "_smoke\$|^companion\\.$exclude") || status=1
+(cd "$build" && ctest --output-on-failure -L 'unit|multirank' -E "_smoke\$|^companion\\.$exclude") || { status=1; collect_failed; }
 t_tests=$((SECONDS - t0))
 
 t_integration=0
 if [[ -n "$integration" ]]; then
   t0=$SECONDS
-  (cd "$build" && ctest --output-on-failure -R "$integration") || status=1
+  (cd "$build" && ctest --output-on-failure -R "$integration") || { status=1; collect_failed; }
   t_integration=$((SECONDS - t0))
 fi
 
@@ -102,5 +110,11 @@ if compgen -G "$reports/*" >/dev/null; then
   done
   status=1
 fi
-echo "sanitizers ($mode): build ${t_build} s, test executables ${t_tests} s, integration ${t_integration} s: $([[ $status == 0 ]] && echo passed || echo FAILED)"
+result=passed
+if [[ $status != 0 ]]; then
+  result="FAILED: ${failed[*]:-sanitizer reports above}"
+fi
+# DDP_TEST_SUMMARY: deploy/setup.sh's file of one line per part of the suite.
+echo "sanitizers ($mode): build ${t_build} s, test executables ${t_tests} s, integration ${t_integration} s: $result" |
+  tee -a "${DDP_TEST_SUMMARY:-/dev/null}"
 exit $status
