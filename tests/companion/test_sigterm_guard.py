@@ -32,8 +32,10 @@ class SigtermGuardTest(CompanionTestCase):
             time.sleep(0.02)
 
     def still_alive(self, rank):
+        # Counted before asking: the answer may arrive before the next line runs.
+        with rank.cond:
+            before = sum(1 for l in rank.lines if l == "alive")
         rank.write("are you there?\n")
-        before = sum(1 for l in rank.lines if l == "alive")
         rank.wait_line(lambda l: sum(1 for x in rank.lines if x == "alive") > before, 10, "alive")
         self.assertIsNone(rank.proc.poll())
 
