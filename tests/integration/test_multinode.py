@@ -21,6 +21,7 @@ DIE = worker("die_on_rank.sh")
 SLEEPER = worker("sleeper.sh")
 RESTART = worker("restart_worker.sh")
 ALLREDUCE = worker("torch_allreduce.py")
+TORCH_DDP = worker("torch_ddp_fault.py")
 HELLO = worker("hello.sh")
 
 TORCH_OK = torch_available()
@@ -610,6 +611,29 @@ class TorchMultiNodeTest(MultiNodeTestCase):
         for res in results:
             self.assertEqual(res.rc, 1, desc)
         self.assertIn("rank 3 fails before all_reduce", results[1].err, desc)
+        self.assert_no_leftovers()
+
+    def test_a_sigkilled_agent_is_the_root_cause_not_the_peer_its_death_broke(self):
+        # Node 1's agent dies with its rank while both train: node 0's rank
+        # fails in its all-reduce at once (Gloo: connection closed), long
+        # before node 1's silence is sure. The job still ends as node lost,
+        # naming node 1, and node 0's own failure is reported as what followed.
+        launches = self.start_agents(2, 1, [TORCH_DDP, "--torch-timeout", "60"], conf=FAST_HB,
+                                     env_extra=self.gloo_env(), extra=["--shutdown-grace=2"])
+        self.wait_for_log(launches[0], "torch_ddp_fault: 2 rank(s)", timeout=60, stream="out")
+        self.signal_launch(launches[1], signal.SIGKILL)
+        results = self.finish_all(launches, timeout=30)
+        desc = self.describe_all(results)
+        self.assertEqual(results[1].rc, -signal.SIGKILL, desc)
+        self.assertEqual(results[0].rc, EXIT_NODE_LOST, desc)
+        self.assertRegex(results[0].err, r"node 1 \(\S+\) went silent", desc)
+        self.assertIn("Root Cause (the job's first failure, on node 1)", results[0].err, desc)
+        report = self.failure_json(0)
+        self.assertEqual(report["root_cause"]["node"], 1, report)
+        self.assertIn("went silent", report["root_cause"]["description"], report)
+        self.assertEqual(report["verdict"]["failed_node"], 1, report)
+        if "first_local_failure" in report:   # rank 0 noticed before it was torn down
+            self.assertEqual(report["first_local_failure"]["rank"], 0, report)
         self.assert_no_leftovers()
 
 

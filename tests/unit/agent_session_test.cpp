@@ -234,7 +234,9 @@ TEST_F(AgentSessionTest, ACoordinatorSilentForItsTimeoutStopsTheNodeWithTheRende
       << session->stop_reason();
   AttemptSummary stopped;
   stopped.stop_requested = true;
-  EXPECT_EQ(session->conclude(stopped).exit_code, exit_code::kRendezvous);
+  const Verdict v = session->conclude(stopped);
+  EXPECT_EQ(v.exit_code, exit_code::kRendezvous);
+  EXPECT_EQ(v.failed_node, Verdict::kCoordinator) << "this node's own failures followed the loss";
   EXPECT_TRUE(coordinator.reports.empty()) << "nobody to report to";
 }
 
@@ -244,12 +246,17 @@ TEST_F(AgentSessionTest, AStopFromTheCoordinatorWakesTheEventLoopWithItsReason) 
   ASSERT_TRUE(woke());
   EXPECT_TRUE(session->stop_requested());
   EXPECT_EQ(session->stop_reason(), "rank 3 (node 1) failed: exit code 7");
-  coordinator.verdicts = {{Status::Ok(), verdict(GenerationState::kFinished, 7, "rank 3 failed")}};
+  GenerationView finished = verdict(GenerationState::kFinished, 7, "rank 3 failed");
+  finished.failed_node = 1;
+  finished.failed_rank = 3;
+  coordinator.verdicts = {{Status::Ok(), finished}};
   AttemptSummary stopped;
   stopped.stop_requested = true;
   const Verdict v = session->conclude(stopped);
   EXPECT_FALSE(v.restart);
   EXPECT_EQ(v.exit_code, 7);
+  EXPECT_EQ(v.failed_node, 1) << "where the root cause was, for this node's failure.json";
+  EXPECT_EQ(v.failed_rank, 3);
   EXPECT_TRUE(coordinator.reports.at(0).second.stopped);
 }
 

@@ -212,12 +212,80 @@ TEST_F(CoordinatorJobTest, JoinHonoursAnExplicitNodeRank) {
   EXPECT_EQ(a->assignment.master_addr, "b");
 }
 
-TEST_F(CoordinatorJobTest, JoinAfterTheWorldFormedIsRefused) {
+TEST_F(CoordinatorJobTest, JoinAfterTheWorldFormedWaitsForAPlaceAndIsRefusedAtItsDeadline) {
+  // One too many for a fixed-size job whose nodes all run: it may be a
+  // restarted agent whose node is not known lost yet, so it waits.
   make(1);
   form_world();
-  auto late = join(params("late"));
+  int64_t current = 0;
+  auto late = join(params("late"), 10s);
+  EXPECT_EQ(late->calls, 0);
+  for (int i = 0; i < 11; ++i) {
+    clock().advance(1s);
+    ASSERT_TRUE(job().heartbeat(0, 0, current).ok());
+    job().tick();
+  }
   EXPECT_EQ(late->calls, 1);
-  EXPECT_EQ(late->status.code(), StatusCode::kFailedPrecondition);
+  EXPECT_EQ(late->status.code(), StatusCode::kDeadlineExceeded);
+  EXPECT_NE(late->status.message().find("generation 0 runs with all its 1 node(s) and none of them left"),
+            std::string::npos)
+      << late->status.message();
+  EXPECT_EQ(job().current_view().state, GenerationState::kRunning);
+}
+
+TEST_F(CoordinatorJobTest, AnAgentStartedAgainAfterItsNodeWasLostJoinsTheNextGeneration) {
+  // Node 1's agent is killed and a supervisor starts it again at once: it
+  // asks for generation 0, whose world is complete. It waits; node 1 is
+  // found silent, the job restarts, and the new agent takes node rank 1.
+  make(2, 1, /*max_restarts=*/1, 10s);
+  form_world();
+  auto again = join(params(host(1), 0, 1));
+  EXPECT_EQ(again->calls, 0);
+  int64_t current = 0;
+  for (int i = 0; i < 12 && job().current_view().generation == 0; ++i) {
+    clock().advance(1s);
+    ASSERT_TRUE(job().heartbeat(0, 0, current).ok());
+    job().tick();
+    if (job().current_view().state == GenerationState::kStopping) {
+      ASSERT_TRUE(report(0, 0, 143, true).ok());
+    }
+  }
+  ASSERT_EQ(job().current_view().generation, 1);
+  EXPECT_EQ(again->calls, 0) << "the world of generation 1 forms once node 0 is back";
+  auto node0 = join(params(host(0), 1, 0));
+  ASSERT_EQ(node0->calls, 1);
+  ASSERT_EQ(again->calls, 1);
+  ASSERT_TRUE(again->status.ok()) << again->status.message();
+  EXPECT_EQ(again->assignment.node_rank, 1);
+  EXPECT_EQ(again->assignment.generation, 1);
+  EXPECT_EQ(again->assignment.restarts_used, 1);
+}
+
+TEST_F(CoordinatorJobTest, AnAgentStartedAgainWhileTheNextGenerationFormsJoinsIt) {
+  make(2, 1, /*max_restarts=*/1);
+  form_world();
+  ASSERT_TRUE(report(0, 1, 9).ok());
+  ASSERT_TRUE(report(0, 0, 143, true).ok());
+  ASSERT_EQ(job().current_view().generation, 1);
+  auto node0 = join(params(host(0), 1, 0));
+  auto again = join(params(host(1), 0, 1));  // knows nothing of generation 1
+  ASSERT_EQ(again->calls, 1);
+  ASSERT_TRUE(again->status.ok()) << again->status.message();
+  EXPECT_EQ(again->assignment.generation, 1);
+  EXPECT_EQ(node0->calls, 1);
+}
+
+TEST_F(CoordinatorJobTest, AnAgentWaitingForTheNextGenerationIsAnsweredWhenTheJobFinishesInstead) {
+  make(2, 1, /*max_restarts=*/0);
+  form_world();
+  auto again = join(params(host(1), 0, 1));
+  EXPECT_EQ(again->calls, 0);
+  ASSERT_TRUE(report(0, 1, 9).ok());
+  ASSERT_TRUE(report(0, 0, 143, true).ok());
+  ASSERT_TRUE(job().finished());
+  ASSERT_EQ(again->calls, 1);
+  EXPECT_EQ(again->status.code(), StatusCode::kFailedPrecondition);
+  EXPECT_EQ(again->status.message(), "the job has finished");
 }
 
 TEST_F(CoordinatorJobTest, JoinWithAMismatchedWorldIsRefused) {
@@ -443,6 +511,51 @@ TEST_F(CoordinatorJobTest, TheFirstFailureRemainsTheRootCause) {
   EXPECT_EQ(job().current_view().failed_node, 1);
 }
 
+TEST_F(CoordinatorJobTest, ANodeSilentSinceBeforeTheFirstFailureIsItsRootCause) {
+  // Node 1's agent is killed: its rank vanishes, node 0's rank fails in a
+  // collective at once, and node 0 reports that before node 1's silence is
+  // sure. The silence began first: the job ends as node lost, naming node 1.
+  make(2, 1, 0, 10s);
+  form_world();
+  int64_t current = 0;
+  clock().advance(500ms);
+  ASSERT_TRUE(job().heartbeat(0, 0, current).ok());
+  ASSERT_TRUE(job().heartbeat(1, 0, current).ok());  // node 1's last heartbeat
+  clock().advance(300ms);
+  ASSERT_TRUE(report(0, 0, 1, false, 0, "rank 0 failed: exit code 1 (Connection closed by peer)").ok());
+  EXPECT_EQ(job().current_view().failed_node, 0);
+  for (int i = 0; i < 20 && !job().finished(); ++i) {
+    clock().advance(500ms);
+    job().tick();
+  }
+  ASSERT_TRUE(job().finished());
+  const GenerationView v = job().current_view();
+  EXPECT_EQ(v.exit_code, exit_code::kNodeLost);
+  EXPECT_EQ(v.failed_node, 1);
+  EXPECT_EQ(v.failed_rank, -1);
+  EXPECT_NE(v.reason.find("node 1 (host-1) went silent"), std::string::npos) << v.reason;
+  EXPECT_NE(v.reason.find("taken as its consequence: rank 0 failed: exit code 1"), std::string::npos) << v.reason;
+}
+
+TEST_F(CoordinatorJobTest, ANodeThatHeartbeatedAfterTheFailureAndThenWentSilentIsNotItsRootCause) {
+  make(2, 1, 0, 10s);
+  form_world();
+  int64_t current = 0;
+  clock().advance(500ms);
+  ASSERT_TRUE(report(0, 0, 1, false, 0, "rank 0 failed: exit code 1").ok());
+  clock().advance(500ms);
+  ASSERT_TRUE(job().heartbeat(1, 0, current).ok());  // alive after the failure, then gone
+  for (int i = 0; i < 40 && !job().finished(); ++i) {
+    clock().advance(500ms);
+    job().tick();
+  }
+  ASSERT_TRUE(job().finished());
+  const GenerationView v = job().current_view();
+  EXPECT_EQ(v.exit_code, 1);
+  EXPECT_EQ(v.failed_node, 0);
+  EXPECT_EQ(v.reason, "rank 0 failed: exit code 1");
+}
+
 TEST_F(CoordinatorJobTest, ASecondReportFromTheSameNodeIsIgnored) {
   make(2);
   form_world();
@@ -545,8 +658,11 @@ TEST_F(CoordinatorJobTest, CallsForTheEndedGenerationAreRefusedAfterARestart) {
   EXPECT_EQ(job().kv_get(0, "k", value).code(), StatusCode::kFailedPrecondition);
   EXPECT_EQ(job().nccl_id(0, "world", id).code(), StatusCode::kFailedPrecondition);
   EXPECT_EQ(report(0, 0, 1).code(), StatusCode::kFailedPrecondition);
-  auto stale = join(params("host-0", 0));
-  EXPECT_EQ(stale->status.code(), StatusCode::kFailedPrecondition);
+  // A join for generation 0 is an agent started again: it joins generation 1.
+  auto again = join(params("host-0", 0));
+  ASSERT_EQ(again->calls, 1);
+  EXPECT_TRUE(again->status.ok()) << again->status.message();
+  EXPECT_EQ(again->assignment.generation, 1);
 }
 
 TEST_F(CoordinatorJobTest, JobFinishesOnceTheRestartsAreSpent) {

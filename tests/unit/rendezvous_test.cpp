@@ -231,31 +231,63 @@ TEST_F(RendezvousTest, ExplicitRequestWinsOverAnotherHostsRememberedRank) {
   EXPECT_EQ(a.assignment.node_rank, 1);
 }
 
-TEST_F(RendezvousTest, JoinForAGenerationThatIsNotOpenIsRefused) {
+TEST_F(RendezvousTest, JoinForALaterGenerationIsRefusedAndForAnEarlierOneJoinsTheOpenOne) {
   Rendezvous rdzv(2, 1);
   rdzv.open(1);
   JoinParams p = params(rdzv, "a");
-  p.generation = 0;
+  p.generation = 2;
   join(rdzv, p);
   ASSERT_EQ(fired.size(), 1u);
   EXPECT_EQ(fired[0].status.code(), StatusCode::kFailedPrecondition);
-  p.generation = 2;
-  join(rdzv, p);
-  ASSERT_EQ(fired.size(), 2u);
-  EXPECT_EQ(fired[1].status.code(), StatusCode::kFailedPrecondition);
+  // An agent started again knows no later generation than 0.
+  p.generation = 0;
+  JoinOutcome& again = join(rdzv, p);
+  EXPECT_EQ(fired.size(), 1u) << "it waits for the world of generation 1";
+  JoinOutcome& other = join(rdzv, params(rdzv, "b"));
+  run_fired();
+  ASSERT_TRUE(again.called && other.called);
+  EXPECT_TRUE(again.status.ok()) << again.status.message();
+  EXPECT_EQ(again.assignment.generation, 1);
 }
 
-TEST_F(RendezvousTest, JoinAfterTheWorldIsCompleteIsRefused) {
+TEST_F(RendezvousTest, JoinAfterTheWorldIsCompleteWaitsForTheNextGenerationOrItsDeadline) {
   Rendezvous rdzv(1, 1);
   rdzv.open(0);
   join(rdzv, params(rdzv, "a"));
   run_fired();
-  JoinOutcome& late = join(rdzv, params(rdzv, "b"));
+  JoinOutcome& late = join(rdzv, params(rdzv, "b"), 10s);
+  run_fired();
+  EXPECT_FALSE(late.called);
+  EXPECT_EQ(rdzv.waiting(), 1);
+  rdzv.expire(start + 10s, fired);
   run_fired();
   EXPECT_TRUE(late.called);
-  EXPECT_EQ(late.status.code(), StatusCode::kFailedPrecondition);
-  EXPECT_NE(late.status.message().find("complete"), std::string::npos) << late.status.message();
+  EXPECT_EQ(late.status.code(), StatusCode::kDeadlineExceeded);
+  EXPECT_NE(late.status.message().find("runs with all its 1 node(s)"), std::string::npos) << late.status.message();
   EXPECT_EQ(rdzv.hosts(), std::vector<std::string>{"a"});
+}
+
+TEST_F(RendezvousTest, AgentsWaitingInAFixedSizeJobKeepTheirNodeRanksInTheNextGeneration) {
+  Rendezvous rdzv(2, 1);
+  rdzv.open(0);
+  join(rdzv, params(rdzv, "a", 0));
+  join(rdzv, params(rdzv, "b", 1));
+  run_fired();
+  JoinOutcome& b_again = join(rdzv, params(rdzv, "b", 1));
+  JoinOutcome& dup = join(rdzv, params(rdzv, "c", 1), 30s);
+  rdzv.open(1);
+  EXPECT_EQ(rdzv.pending(), 1);
+  EXPECT_EQ(rdzv.waiting(), 1) << "node rank 1 is taken by the first to wait";
+  JoinOutcome& a = join(rdzv, params(rdzv, "a", 0));
+  run_fired();
+  ASSERT_TRUE(a.called && b_again.called);
+  EXPECT_EQ(b_again.assignment.node_rank, 1);
+  EXPECT_EQ(b_again.assignment.generation, 1);
+  EXPECT_FALSE(dup.called);
+  rdzv.expire(start + 30s, fired);
+  run_fired();
+  EXPECT_EQ(dup.status.code(), StatusCode::kDeadlineExceeded);
+  EXPECT_NE(dup.status.message().find("(node rank 1 among them)"), std::string::npos) << dup.status.message();
 }
 
 TEST_F(RendezvousTest, JoinWithADifferentNnodesIsRefused) {

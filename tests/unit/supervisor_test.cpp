@@ -17,11 +17,13 @@ struct RecordingListener final : SupervisorListener {
   void on_first_failure(int, const WorkerRecord& w) override { first_failures.push_back(w.rank); }
   void on_attempt_ended(int attempt, const std::vector<WorkerRecord>&) override { ended.push_back(attempt); }
   void on_restart(int next, const Verdict&) override { restarts.push_back(next); }
+  void on_finished(int attempt, const Verdict& v) override { finished.push_back({attempt, v.exit_code}); }
   void on_stop_requested(int attempt, int signo) override { stop_requests.push_back({attempt, signo}); }
   void on_stop_timed_out(int attempt) override { stop_timeouts.push_back(attempt); }
   void on_signalling_workers(int, int signo) override { signalling.push_back(signo); }
   std::vector<int> attempts, first_failures, ended, restarts, stop_timeouts, signalling;
   std::vector<std::pair<int, int>> stop_requests;
+  std::vector<std::pair<int, int>> finished;  // attempt, exit code
 };
 
 class SupervisorTest : public ::testing::Test {
@@ -58,6 +60,7 @@ TEST_F(SupervisorTest, AllWorkersSucceedingEndsWithZero) {
   }
   EXPECT_TRUE(s.finished());
   EXPECT_EQ(s.exit_code(), 0);
+  EXPECT_EQ(listener.finished, (std::vector<std::pair<int, int>>{{0, 0}}));
   EXPECT_TRUE(spawner.signals.empty());
   EXPECT_EQ(spawner.released.size(), 3u);
 }

@@ -22,6 +22,7 @@ namespace ddp {
 namespace {
 
 using ::testing::HasSubstr;
+using ::testing::Not;
 
 // ------------------------------------------------------------ line prefix
 
@@ -147,6 +148,21 @@ TEST(RootCauseSummary, SignalsAndErrorFilesAndOtherFailures) {
   EXPECT_THAT(text, HasSubstr("Failures:\n[1]:\n"));
   EXPECT_THAT(text, HasSubstr("  error_file: /logs/rank_1/error.json\n  traceback : Traceback (most recent call "
                               "last):\n    File \"t.py\"\n  ValueError: x\n"));
+}
+
+TEST(RootCauseSummary, ARootCauseOnAnotherNodeListsThisNodesFailuresAsWhatFollowed) {
+  RankFailure local;
+  local.rank = 0;
+  local.pid = 10;
+  local.exit_code = 1;
+  const std::string text = format_remote_root_cause_summary(
+      "t.py", "node 1", "node 1 (b) went silent: no agent heartbeat for 1.5 s\nsecond line", {local});
+  EXPECT_THAT(text, HasSubstr("t.py FAILED\n"));
+  EXPECT_THAT(text, HasSubstr("Failures on this node (after the root cause):\n[1]:\n"));
+  EXPECT_THAT(text, HasSubstr("  rank      : 0 (local_rank: 0)\n  exitcode  : 1 (pid: 10)\n"));
+  EXPECT_THAT(text, HasSubstr("Root Cause (the job's first failure, on node 1):\n  node 1 (b) went silent: no agent "
+                              "heartbeat for 1.5 s\n  second line\n"));
+  EXPECT_THAT(text, Not(HasSubstr("[0]:")));
 }
 
 // ------------------------------------------------ the job id nodes agree on

@@ -313,14 +313,14 @@ Verdict AgentSession::await_verdict(int64_t generation) {
         spdlog::warn("generation {} {}: {}", generation, view.membership_change ? "ends" : "failed", view.reason);
       }
       next_generation_ = generation + 1;
-      return Verdict::restart_job(view.reason, view.membership_change);
+      return Verdict::restart_job(view.reason, view.membership_change).caused_on(view.failed_node, view.failed_rank);
     }
     if (view.state == GenerationState::kFinished) {
       // A job stopped at a step boundary on request (75) did not fail: its agents say so themselves.
       if (view.exit_code != 0 && view.exit_code != exit_code::kRequeue) {
         spdlog::error("job {} failed: {}", settings_.job_id, view.reason);
       }
-      return Verdict::finish(view.exit_code, view.reason);
+      return Verdict::finish(view.exit_code, view.reason).caused_on(view.failed_node, view.failed_rank);
     }
   }
 }
@@ -342,7 +342,7 @@ Duration AgentSession::loss_limit(const Status& s) const {
 Verdict AgentSession::fail_over(const std::string& why) {
   if (failover_ == nullptr || epoch_ + 1 >= failover_->endpoints()) {
     spdlog::error("{}; giving up", why);
-    return Verdict::finish(exit_code::kRendezvous, why);
+    return Verdict::finish(exit_code::kRendezvous, why).caused_on(Verdict::kCoordinator, -1);
   }
   Takeover t;
   t.epoch = epoch_ + 1;

@@ -365,7 +365,7 @@ void CoordinatorJob::check_health(SteadyTime now, Fired& fired) {
   cause.node_rank = cause.failed_rank >= 0 ? cause.failed_rank / std::max(config_.nproc, 1) : -1;
   cause.description = fmt::format("{}: {}", to_string(v.kind), v.summary);
   hang_report_ = v.details.dump(2, ' ', false, nlohmann::json::error_handler_t::replace);
-  root_cause_ = cause;
+  set_root_cause(std::move(cause));
   pending_hang_.reset();
   set_state(GenerationState::kStopping, fired);
 }
@@ -432,7 +432,7 @@ void CoordinatorJob::record_outcome(const NodeOutcome& outcome, Fired& fired) {
   const bool drained = outcome.exit_code == exit_code::kRequeue && (job_stop_ || pending_stop_);
   const bool failed = !outcome.success && !outcome.stopped && !drained;
   if (failed && !root_cause_) {
-    root_cause_ = outcome;
+    set_root_cause(outcome);
     // Ranks that disagreed on a collective just before one failed: the
     // failure is likely its consequence (Gloo aborts on mismatched sizes).
     if (!pending_hang_ && state_ == GenerationState::kRunning) {
@@ -444,6 +444,16 @@ void CoordinatorJob::record_outcome(const NodeOutcome& outcome, Fired& fired) {
     if (state_ == GenerationState::kRunning) set_state(GenerationState::kStopping, fired);
   }
   conclude_if_all_reported(fired);
+}
+
+void CoordinatorJob::set_root_cause(NodeOutcome cause) {
+  root_cause_ = std::move(cause);
+  root_cause_at_ = clock_.now();
+}
+
+bool CoordinatorJob::silent_before_root_cause(int node) const {
+  if (!root_cause_ || root_cause_->exit_code == exit_code::kNodeLost || root_cause_->node_rank == node) return false;
+  return last_heartbeat_[static_cast<size_t>(node)] <= root_cause_at_;
 }
 
 void CoordinatorJob::conclude_if_all_reported(Fired& fired) {
@@ -792,6 +802,18 @@ void CoordinatorJob::declare_silent_nodes(SteadyTime now, Fired& fired) {
     lost.description = fmt::format("node {} ({}) went silent: no agent heartbeat for {:.1f} s", node,
                                    rendezvous_.hosts()[n],
                                    std::chrono::duration<double>(now - last_heartbeat_[n]).count());
+    if (silent_before_root_cause(node)) {
+      // A node's agent died (or its link did) and its ranks vanished: the
+      // peers' collectives fail at once and their agents report that within
+      // milliseconds, while the silence takes a few heartbeats to be sure of.
+      // The silence began first, so it is the cause and the failure its
+      // consequence (failure.json and every console say so).
+      NodeOutcome cause = lost;
+      cause.description += fmt::format("; it went silent before the failure reported first, which is taken as its "
+                                       "consequence: {}",
+                                       root_cause_->description);
+      set_root_cause(std::move(cause));
+    }
     record_outcome(lost, fired);
   }
 }

@@ -173,6 +173,10 @@ class CoordinatorJob {
   Status check_generation(int64_t generation) const;
   GenerationView view_of(int64_t generation) const;
   void record_outcome(const NodeOutcome& outcome, Fired& fired);
+  void set_root_cause(NodeOutcome cause);
+  /// Whether `node`, now found silent, had sent its last heartbeat before the
+  /// recorded root cause arrived: its loss then explains that failure better.
+  bool silent_before_root_cause(int node) const;
   void conclude_if_all_reported(Fired& fired);
   void set_state(GenerationState state, Fired& fired);
   /// Answers the parked watches whose generation's state moved on.
@@ -230,6 +234,7 @@ class CoordinatorJob {
   std::vector<SteadyTime> last_heartbeat_;            // by node rank
   std::vector<Duration> heartbeat_gap_;               // by node rank: the longest gap between its heartbeats
   std::optional<NodeOutcome> root_cause_;
+  SteadyTime root_cause_at_{};  // when root_cause_ was recorded
   std::string membership_stop_;  // why a healthy generation stops (a newcomer), else empty
   std::optional<JobStop> job_stop_;  // preemption: where every rank stops (this generation)
   std::optional<PendingJobStop> pending_stop_;

@@ -21,6 +21,24 @@ void Rendezvous::open(int64_t generation, std::optional<std::vector<std::string>
 }
 
 void Rendezvous::admit_waiting() {
+  if (!elastic()) {
+    // Agents that (re)started while the last world ran: each takes its node
+    // rank in this one while it is free (a second asking for it waits on,
+    // and is refused at its deadline).
+    std::vector<Pending> still;
+    for (Pending& p : waiting_) {
+      const int rank = p.params.node_rank;
+      if (static_cast<int>(pending_.size()) >= max_nnodes_ || (rank >= 0 && rank_taken_[static_cast<size_t>(rank)])) {
+        still.push_back(std::move(p));
+        continue;
+      }
+      if (rank >= 0) rank_taken_[static_cast<size_t>(rank)] = true;
+      p.params.generation = generation_;
+      pending_.push_back(std::move(p));
+    }
+    waiting_ = std::move(still);
+    return;
+  }
   size_t admitted = 0;
   while (admitted < waiting_.size() && static_cast<int>(expected_.size()) < max_nnodes_) {
     Pending& p = waiting_[admitted++];
@@ -43,6 +61,11 @@ std::string Rendezvous::expected_nodes() const {
 
 bool Rendezvous::is_newcomer(const JoinParams& p) const {
   return elastic() && (p.generation != generation_ || complete_) && check_shape(p).ok();
+}
+
+bool Rendezvous::is_restarted_agent(const JoinParams& p) const {
+  return !elastic() && p.generation <= generation_ && (p.generation < generation_ || complete_) &&
+         check_shape(p).ok();
 }
 
 Status Rendezvous::check(const JoinParams& p) const {
@@ -92,6 +115,20 @@ void Rendezvous::join(const JoinParams& params, SteadyTime now, SteadyTime deadl
     admitted.node_rank = -1;
     expected_.push_back(member_key(admitted));
     join(admitted, now, deadline, std::move(done), fired);
+    return;
+  }
+  if (is_restarted_agent(params)) {
+    // A fixed-size job: an agent that starts while the job runs (a
+    // supervisor restarted a killed one) asks for generation 0 or for the
+    // one it last knew. It waits for the next generation while this one's
+    // world is complete, else joins the one forming.
+    if (complete_) {
+      waiting_.push_back({params, deadline, std::move(done)});
+      return;
+    }
+    JoinParams current = params;
+    current.generation = generation_;
+    join(current, now, deadline, std::move(done), fired);
     return;
   }
   if (Status s = check(params); !s.ok()) {
@@ -237,12 +274,17 @@ void Rendezvous::expire_waiting(SteadyTime now, FiredJoins& fired) {
   auto expired = std::stable_partition(waiting_.begin(), waiting_.end(),
                                        [now](const Pending& p) { return p.deadline > now; });
   for (auto it = expired; it != waiting_.end(); ++it) {
-    fired.push_back({std::move(it->done),
-                     {StatusCode::kDeadlineExceeded,
-                      fmt::format("timed out waiting for a place in the job: it runs generation {} with {} of at "
-                                  "most {} node(s), and no new generation formed",
-                                  generation_, nnodes(), max_nnodes_)},
-                     {}});
+    const std::string why =
+        elastic() ? fmt::format("timed out waiting for a place in the job: it runs generation {} with {} of at most "
+                                "{} node(s), and no new generation formed",
+                                generation_, nnodes(), max_nnodes_)
+                  : fmt::format("timed out waiting for a place in the job: generation {} runs with all its {} node(s) "
+                                "{}and none of them left (an agent started again after its node was lost joins the "
+                                "next generation)",
+                                generation_, max_nnodes_,
+                                it->params.node_rank >= 0 ? fmt::format("(node rank {} among them) ", it->params.node_rank)
+                                                          : std::string());
+    fired.push_back({std::move(it->done), {StatusCode::kDeadlineExceeded, why}, {}});
   }
   waiting_.erase(expired, waiting_.end());
 }

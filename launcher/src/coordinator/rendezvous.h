@@ -152,6 +152,9 @@ class Rendezvous {
   Status check_shape(const JoinParams& params) const;
   Status check(const JoinParams& params) const;
   bool is_newcomer(const JoinParams& params) const;
+  /// A fixed-size job's agent asking for a generation whose world it cannot
+  /// join (formed already, or an earlier one): one started again.
+  bool is_restarted_agent(const JoinParams& params) const;
   void admit_waiting();
   void form_world(FiredJoins& fired);
   std::string expected_nodes() const;  // "2" or "1:2"
@@ -171,7 +174,7 @@ class Rendezvous {
   int64_t generation_ = 0;
   bool complete_ = false;
   std::vector<Pending> pending_;
-  std::vector<Pending> waiting_;  // newcomers, for the next generation
+  std::vector<Pending> waiting_;  // newcomers (or restarted agents of a fixed-size job), for the next generation
   std::vector<std::string> expected_;  // member keys
   int expected_count_ = 0;             // see open()
   int at_least_ = 0;                   // see open()

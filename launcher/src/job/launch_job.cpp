@@ -188,6 +188,7 @@ class JobListener final : public SupervisorListener {
     fs::remove(attempt_dir(plan_, attempt) / kStopRequestFile, ec);
     signal_intent_.clear();
     closing_summary_.clear();
+    local_failures_.clear();
     router_.reset_tails();
     copy_filtered_lines(StreamKind::kStdout, plan_.duplicate_stdout_filters, "filtered_stdout.log");
     copy_filtered_lines(StreamKind::kStderr, plan_.duplicate_stderr_filters, "filtered_stderr.log");
@@ -230,12 +231,23 @@ class JobListener final : public SupervisorListener {
     for (const WorkerRecord& w : workers) {
       if (w.state == WorkerState::kFailed && &w != &*root) others.push_back(rank_failure(attempt, w));
     }
-    closing_summary_ = format_root_cause_summary(plan_.program, rank_failure(attempt, *root), others);
+    local_failures_ = {rank_failure(attempt, *root)};
+    local_failures_.insert(local_failures_.end(), others.begin(), others.end());
+    closing_summary_ = format_root_cause_summary(plan_.program, local_failures_.front(), others);
     const fs::path path = attempt_dir(plan_, attempt) / "failure.json";
     nlohmann::json report = attempt_report_to_json(plan_.job_id, attempt, *root, failures_, workers);
     add_nccl_evidence(attempt, report);
     std::ofstream(path) << report.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) << '\n';
     spdlog::error("job {} attempt {} failed; report: {}", plan_.job_id, attempt, path.string());
+  }
+
+  void on_finished(int attempt, const Verdict& verdict) override {
+    if (verdict.exit_code == 0 || verdict.exit_code == exit_code::kRequeue || verdict.reason.empty()) return;
+    record_verdict(attempt, verdict);
+    if (caused_elsewhere(verdict) && !local_failures_.empty()) {
+      closing_summary_ = format_remote_root_cause_summary(plan_.program, where(verdict), verdict.reason,
+                                                          local_failures_);
+    }
   }
 
   void on_restart(int next_attempt, const Verdict& why) override {
@@ -374,9 +386,32 @@ class JobListener final : public SupervisorListener {
     if (!report.contains("job_id")) report["job_id"] = plan_.job_id;
     if (!report.contains("attempt")) report["attempt"] = attempt;
     report["verdict"] = {{"reason", why.reason}, {"membership_change", why.membership_change}};
+    if (why.failed_node >= 0) report["verdict"]["failed_node"] = why.failed_node;
+    if (why.failed_rank >= 0) report["verdict"]["failed_rank"] = why.failed_rank;
+    if (caused_elsewhere(why)) {
+      // The coordinator judged another node's failure (or silence) first:
+      // this node's own failures followed it and are kept apart from it.
+      if (report.contains("root_cause") && !report["root_cause"].is_null()) {
+        report["first_local_failure"] = report["root_cause"];
+      }
+      const auto or_null = [](int v) { return v >= 0 ? nlohmann::json(v) : nlohmann::json(); };
+      report["root_cause"] = {{"node", or_null(why.failed_node)},
+                              {"rank", or_null(why.failed_rank)},
+                              {"where", where(why)},
+                              {"description", why.reason}};
+    }
     std::error_code ec;
     fs::create_directories(path.parent_path(), ec);
     std::ofstream(path) << report.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) << '\n';
+  }
+
+  bool caused_elsewhere(const Verdict& verdict) const {
+    if (verdict.failed_node == Verdict::kCoordinator) return true;
+    return verdict.failed_node >= 0 && node_rank_ >= 0 && verdict.failed_node != node_rank_;
+  }
+  static std::string where(const Verdict& verdict) {
+    return verdict.failed_node == Verdict::kCoordinator ? std::string("the coordinator")
+                                                        : fmt::format("node {}", verdict.failed_node);
   }
 
   void write_hang_report(int attempt) {
@@ -421,6 +456,7 @@ class JobListener final : public SupervisorListener {
   nlohmann::json failures_ = nlohmann::json::array();
   std::string stop_report_;
   std::string closing_summary_;
+  std::vector<RankFailure> local_failures_;  // this attempt's failed workers, the first first
   const std::string host_;  // this machine's name, for prefixes and the root-cause block
   int attempt_ = 0;  // the attempt now running
   int node_rank_ = 0;
@@ -707,9 +743,12 @@ int run_launch(const LaunchPlan& plan, OrphanSentinel* sentinel, const DetachedR
   });
 
   const int code = loop.run(supervisor);
-  // A user who stopped ddplaunch with a signal wants it gone now.
+  // A user who stopped ddplaunch with a signal wants it gone now; but a stop
+  // at a step boundary (Slurm's SIGTERM to every process of a preempted
+  // job) is graceful, and the other nodes must hear its verdict (75) before
+  // the coordinator goes, or they end as if it had been lost (125).
   CoordinatorServer* hosting = session.epoch() == 0 ? coordinator.get() : failover.hosting(session.epoch());
-  if (hosting != nullptr && supervisor.stop_signal() == 0) {
+  if (hosting != nullptr && (supervisor.stop_signal() == 0 || code == exit_code::kRequeue)) {
     linger_until_every_node_heard(*hosting, plan, session.assignment().node_rank);
   }
   if (code == 0) spdlog::info("job {}: all worker(s) succeeded", plan.job_id);

@@ -31,11 +31,16 @@ std::string traceback(const RankFailure& f) {
   return "not recorded (decorate the script's main with torch.distributed.elastic.multiprocessing.errors.record)";
 }
 
+// Multi-line values are indented under their field, as torchrun does.
+std::string indent_continuation_lines(std::string text) {
+  for (size_t at = text.find('\n'); at != std::string::npos; at = text.find('\n', at + 1)) text.insert(at + 1, "  ");
+  return text;
+}
+
 std::string format_one(int index, const RankFailure& f) {
-  // Multi-line tracebacks are indented under their field, as torchrun does.
   std::string tb = traceback(f);
   while (!tb.empty() && (tb.back() == '\n' || tb.back() == ' ')) tb.pop_back();
-  for (size_t at = tb.find('\n'); at != std::string::npos; at = tb.find('\n', at + 1)) tb.insert(at + 1, "  ");
+  tb = indent_continuation_lines(std::move(tb));
   return fmt::format(
       "[{}]:\n"
       "  time      : {}\n"
@@ -48,15 +53,28 @@ std::string format_one(int index, const RankFailure& f) {
       f.error_file.empty() ? "<N/A>" : f.error_file, tb);
 }
 
+std::string numbered(const std::vector<RankFailure>& failures, int first_index) {
+  std::string out;
+  for (size_t i = 0; i < failures.size(); ++i) out += format_one(static_cast<int>(i) + first_index, failures[i]);
+  return out.empty() ? "  <NO_OTHER_FAILURES>\n" : out;
+}
+
 }  // namespace
 
 std::string format_root_cause_summary(const std::string& program, const RankFailure& root,
                                       const std::vector<RankFailure>& others) {
-  std::string failures;
-  for (size_t i = 0; i < others.size(); ++i) failures += format_one(static_cast<int>(i) + 1, others[i]);
-  if (failures.empty()) failures = "  <NO_OTHER_FAILURES>\n";
+  const std::string failures = numbered(others, 1);
   return fmt::format("{}\n{} FAILED\n{}\nFailures:\n{}{}\nRoot Cause (first observed failure):\n{}{}\n", kRule,
                      program, kThinRule, failures, kThinRule, format_one(0, root), kRule);
+}
+
+std::string format_remote_root_cause_summary(const std::string& program, const std::string& where,
+                                             const std::string& root_cause,
+                                             const std::vector<RankFailure>& local_failures) {
+  const std::string cause = indent_continuation_lines(root_cause);
+  return fmt::format("{}\n{} FAILED\n{}\nFailures on this node (after the root cause):\n{}{}\nRoot Cause (the job's "
+                     "first failure, on {}):\n  {}\n{}\n",
+                     kRule, program, kThinRule, numbered(local_failures, 1), kThinRule, where, cause, kRule);
 }
 
 }  // namespace ddp

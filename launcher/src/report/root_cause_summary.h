@@ -34,4 +34,11 @@ struct RankFailure {
 std::string format_root_cause_summary(const std::string& program, const RankFailure& root,
                                       const std::vector<RankFailure>& others);
 
+/// The same block when the coordinator placed the job's root cause on
+/// another node (`where`, e.g. "node 1"): this node's failures are listed as
+/// what followed it, and the root cause is the coordinator's words.
+std::string format_remote_root_cause_summary(const std::string& program, const std::string& where,
+                                             const std::string& root_cause,
+                                             const std::vector<RankFailure>& local_failures);
+
 }  // namespace ddp

@@ -206,6 +206,7 @@ void Supervisor::finish_attempt_if_done() {
   }
   exit_code_ = verdict.exit_code;
   finished_ = true;
+  listener_.on_finished(attempt_, verdict);
 }
 
 WorkerRecord* Supervisor::find(pid_t pid) {

@@ -52,10 +52,22 @@ struct Verdict {
   int exit_code = 0;  // when not restarting
   std::string reason;             // why the attempt ended, as the coordinator says it (may be empty)
   bool membership_change = false; // a restart with other nodes: no restart was used
+  // Where the coordinator places the attempt's root cause; -1: not said (a
+  // single-node job, or no failure); kCoordinator: the coordinator was lost.
+  // Another node's (or the coordinator) means this node's own failures, if
+  // any, were its consequence.
+  static constexpr int kCoordinator = -2;
+  int failed_node = -1;
+  int failed_rank = -1;
 
   static Verdict finish(int code, std::string why = {}) { return {false, code, std::move(why), false}; }
   static Verdict restart_job(std::string why = {}, bool membership = false) {
     return {true, 0, std::move(why), membership};
+  }
+  Verdict& caused_on(int node, int rank) {
+    failed_node = node;
+    failed_rank = rank;
+    return *this;
   }
 };
 
@@ -71,6 +83,8 @@ class SupervisorListener {
   /// The attempt's group has fully ended; failed() tells how.
   virtual void on_attempt_ended(int /*attempt*/, const std::vector<WorkerRecord>&) {}
   virtual void on_restart(int /*next_attempt*/, const Verdict& /*why*/) {}
+  /// The job is over with the verdict's exit code (after the last attempt).
+  virtual void on_finished(int /*attempt*/, const Verdict& /*verdict*/) {}
   /// ddplaunch was asked to stop (SIGTERM with a stop_timeout): the workers
   /// are to stop at a step boundary on their own and exit 0; nobody is
   /// signalled yet.
