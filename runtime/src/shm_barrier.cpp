@@ -8,6 +8,10 @@
 
 #include <cerrno>
 #include <climits>
+#include <cstdio>
+#include <cstring>
+#include <string>
+#include <thread>
 
 namespace ddp {
 namespace {
@@ -30,6 +34,30 @@ inline void cpu_relax() {
 #elif defined(__aarch64__)
   asm volatile("yield");
 #endif
+}
+
+// Whether pid has ended: gone, or a zombie its parent has not reaped yet.
+bool process_ended(pid_t pid) {
+  if (kill(pid, 0) != 0) return errno == ESRCH;
+  const std::string stat_path = "/proc/" + std::to_string(pid) + "/stat";
+  std::FILE* f = std::fopen(stat_path.c_str(), "r");
+  if (f == nullptr) return true;
+  char line[512];
+  const size_t n = std::fread(line, 1, sizeof line - 1, f);
+  std::fclose(f);
+  line[n] = '\0';
+  // "PID (COMM) STATE ...": COMM may hold spaces and parentheses.
+  const char* close = std::strrchr(line, ')');
+  return close != nullptr && close[1] == ' ' && close[2] == 'Z';
+}
+
+// Another process's pid, until it ends or `limit` passes.
+void wait_for_exit(pid_t pid, std::chrono::milliseconds limit) {
+  if (pid <= 0 || pid == getpid()) return;  // ranks in threads of one process share theirs
+  const auto until = std::chrono::steady_clock::now() + limit;
+  while (!process_ended(pid) && std::chrono::steady_clock::now() < until) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
 }
 
 }  // namespace
@@ -73,7 +101,16 @@ void ShmBarrier::arrive_and_wait(std::chrono::milliseconds timeout) {
 void ShmBarrier::check_peers() const {
   const uint32_t aborted = state_->aborted.load(std::memory_order_acquire);
   if (aborted != 0) {
-    const std::string who = "shared-memory all-reduce: rank " + std::to_string((aborted & ~kLeftFlag) - 1);
+    const int gone = static_cast<int>((aborted & ~kLeftFlag) - 1);
+    // The rank that gave up or left is usually failing: it destroys its
+    // communicator while its error unwinds, and exits a little later. Failing
+    // at once here would make this rank's exit, a consequence, come first
+    // and be taken for the job's root cause; so wait (bounded) for that
+    // rank's process to end first.
+    if (gone >= 0 && gone < size_) {
+      wait_for_exit(state_->pids[gone].load(std::memory_order_acquire), kRootCauseExitWait);
+    }
+    const std::string who = "shared-memory all-reduce: rank " + std::to_string(gone);
     throw ShmBarrierError(who + ((aborted & kLeftFlag) != 0 ? " left the group (its communicator was destroyed)"
                                                               : " gave up (timeout or error)"));
   }

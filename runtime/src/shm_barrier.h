@@ -39,6 +39,10 @@ class ShmBarrierError : public std::runtime_error {
 
 class ShmBarrier {
  public:
+  // How long a waiter told that a peer gave up or left waits for that peer's
+  // process to end before failing itself (check_peers says why).
+  static constexpr std::chrono::milliseconds kRootCauseExitWait{2000};
+
   /// state: inside the shared segment, outliving this object. Records this
   /// rank's pid for the liveness checks of the others.
   ShmBarrier(ShmBarrierState* state, int rank, int size);

@@ -295,6 +295,39 @@ TEST(ShmBarrier, ADeadPeerProcessIsNamedWithinMilliseconds) {
   munmap(mem, sizeof(ShmBarrierState));
 }
 
+// Rank 1 leaves the group (its error unwinding destroys its communicator)
+// and exits 300 ms later: rank 0 fails only after rank 1's process ended, so
+// the agent sees the root cause exit first and rank 0's failure after it.
+TEST(ShmBarrier, APeerThatLeftIsWaitedForUntilItsProcessEnds) {
+  void* mem = mmap(nullptr, sizeof(ShmBarrierState), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+  ASSERT_NE(mem, MAP_FAILED);
+  auto* state = new (mem) ShmBarrierState{};
+  for (auto& pid : state->pids) pid.store(0);
+  ShmBarrier barrier(state, 0, 2);
+  const pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    ShmBarrier joined(state, 1, 2);
+    std::this_thread::sleep_for(100ms);
+    joined.leave();
+    std::this_thread::sleep_for(300ms);
+    _exit(0);
+  }
+  const auto start = std::chrono::steady_clock::now();
+  try {
+    barrier.arrive_and_wait(30000ms);
+    ADD_FAILURE() << "barrier passed without rank 1";
+  } catch (const ShmBarrierError& e) {
+    EXPECT_NE(std::string(e.what()).find("rank 1 left the group"), std::string::npos) << e.what();
+  }
+  const auto took = std::chrono::steady_clock::now() - start;
+  int status = 0;
+  EXPECT_EQ(waitpid(child, &status, WNOHANG), child) << "rank 0 failed before rank 1's process ended";
+  EXPECT_GE(took, 350ms);
+  EXPECT_LT(took, ShmBarrier::kRootCauseExitWait);
+  munmap(mem, sizeof(ShmBarrierState));
+}
+
 TEST(ShmBarrier, TimesOutWhenAPeerNeverArrives) {
   ShmBarrierState state;
   for (auto& pid : state.pids) pid.store(0);
