@@ -104,6 +104,7 @@ class GlooCollective final : public Collective {
                             std::to_string(size));
     }
     if (!store) throw CollectiveError("gloo: no store given for the rendezvous");
+    sum_in_rank_order_ = options_.sum_in_rank_order;
     try {
       gloo::transport::tcp::attr attr;
       const std::string& where = options_.interface_or_host;
@@ -121,13 +122,15 @@ class GlooCollective final : public Collective {
       if (options_.shared_memory) {
         bool on_one_host = false;
         shm_ = SharedMemoryAllreduce::connect(*store, rank, size, timeout_, &shm_unused_reason_, &on_one_host);
+        // Summed in the shared-memory path's order, so that the results do
+        // not depend on whether /dev/shm had room (a job that restarts after
+        // filling it resumes bitwise equal).
+        if (!shm_ && on_one_host) sum_in_rank_order_ = true;
         if (!shm_ && on_one_host && rank == 0) {
-          // Said once: the job runs on, but slower, and its sums (added in
-          // another order) may differ in the last bits from a run that had it.
           std::fprintf(stderr,
                        "ddp: warning: the shared-memory all-reduce is off (%s): all-reduces of these %d "
-                       "ranks go over Gloo's TCP, slower, and their sums may differ in the last bits from a "
-                       "run that used it\n",
+                       "ranks go over Gloo's TCP, gathered and summed in rank order as the shared-memory path "
+                       "sums (the same results, more slowly)\n",
                        shm_unused_reason_.c_str(), size);
         }
       }
@@ -179,6 +182,8 @@ class GlooCollective final : public Collective {
       }
       if (shm_) {
         shm_->all_reduce(buf.data_ptr(), static_cast<size_t>(buf.numel()), shm_dtype(buf.scalar_type()), op == ReduceOp::kAvg);
+      } else if (sum_in_rank_order_) {
+        gather_and_sum_in_rank_order(buf, seq_tag, op == ReduceOp::kAvg);
       } else {
         reduce_over_tcp(buf, seq_tag);
         if (op == ReduceOp::kAvg) buf.div_(size_);
@@ -274,6 +279,24 @@ class GlooCollective final : public Collective {
     std::shared_ptr<CompletionWork> work;
   };
 
+  // Every rank's buffer gathered over the TCP pairs, then summed in rank
+  // order in place (the shared-memory path's bits).
+  void gather_and_sum_in_rank_order(const at::Tensor& buf, uint32_t seq_tag, bool average) {
+    const size_t count = static_cast<size_t>(buf.numel());
+    const size_t bytes = count * buf.element_size();
+    at::Tensor gathered = at::empty({static_cast<int64_t>(bytes) * size_}, buf.options().dtype(at::kByte));
+    auto* all = static_cast<uint8_t*>(gathered.data_ptr());
+    gloo::AllgatherOptions opts(context_);
+    opts.setInput<uint8_t>(static_cast<uint8_t*>(buf.data_ptr()), bytes);
+    opts.setOutput<uint8_t>(all, bytes * size_);
+    opts.setTag(seq_tag);
+    opts.setTimeout(timeout_);
+    gloo::allgather(opts);
+    std::vector<const void*> inputs;
+    for (int r = 0; r < size_; ++r) inputs.push_back(all + static_cast<size_t>(r) * bytes);
+    sum_in_rank_order(shm_dtype(buf.scalar_type()), buf.data_ptr(), inputs, count, average, size_);
+  }
+
   // Gloo's ring all-reduce (sum) over the TCP pairs, in place.
   void reduce_over_tcp(const at::Tensor& buf, uint32_t seq_tag) {
     void* data = buf.data_ptr();
@@ -357,6 +380,7 @@ class GlooCollective final : public Collective {
   std::shared_ptr<gloo::Context> context_;
   // all_reduce goes through shared memory when every rank is on this host.
   std::unique_ptr<SharedMemoryAllreduce> shm_;
+  bool sum_in_rank_order_ = false;  // TCP all-reduces as gather + rank-order sum (GlooOptions)
   std::string shm_unused_reason_;
 
   std::mutex mutex_;

@@ -232,6 +232,14 @@ std::string random_name() {
 
 }  // namespace
 
+void sum_in_rank_order(ShmDtype dtype, void* out, const std::vector<const void*>& in, size_t count, bool average,
+                       int n) {
+  std::vector<const unsigned char*> bytes;
+  bytes.reserve(in.size());
+  for (const void* p : in) bytes.push_back(static_cast<const unsigned char*>(p));
+  reduce(dtype, static_cast<unsigned char*>(out), bytes, count, average, n);
+}
+
 std::unique_ptr<SharedMemoryAllreduce> SharedMemoryAllreduce::connect(Store& store, int rank, int size,
                                                                        std::chrono::milliseconds timeout,
                                                                        std::string* reason, bool* on_one_host) {

@@ -41,6 +41,13 @@ namespace ddp {
 
 enum class ShmDtype { kFloat32, kFloat64, kInt32, kInt64, kInt8, kUint8 };
 
+/// out[i] = in[0][i] + in[1][i] + ... in rank order (then / n when average):
+/// the sums SharedMemoryAllreduce::all_reduce makes, bit for bit, so a path
+/// that gathers every rank's data can give the same results. out must not
+/// alias an input. Pure; any thread.
+void sum_in_rank_order(ShmDtype dtype, void* out, const std::vector<const void*>& in, size_t count, bool average,
+                       int n);
+
 class SharedMemoryAllreduce {
  public:
   /// Collective over `store` (use a key space of this communicator's own).

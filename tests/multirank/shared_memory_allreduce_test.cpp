@@ -266,6 +266,47 @@ TEST(SharedMemoryAllreduce, APeerThatLeftFailsTheWaiterAtOnce) {
   EXPECT_LT(std::chrono::steady_clock::now() - start, 2s);
 }
 
+// Three ranks whose float sums depend on their order: the TCP path that
+// gathers and sums in rank order gives the shared-memory path's bits, for
+// sums and averages, so a job that fell back to TCP (/dev/shm full) ends
+// bitwise equal to one that did not.
+std::vector<at::Tensor> reduce_three_ranks(GlooOptions options, ReduceOp op) {
+  auto store = make_in_memory_store();
+  std::vector<at::Tensor> results(3);
+  std::vector<std::thread> ranks;
+  for (int r = 0; r < 3; ++r) {
+    ranks.emplace_back([&, r] {
+      auto c = make_gloo_collective(store, r, 3, options);
+      at::Tensor t = at::empty({1000}, at::kFloat);
+      auto* p = t.data_ptr<float>();
+      for (int i = 0; i < 1000; ++i) {
+        // Magnitudes far apart, so (a + b) + c and a + (b + c) differ.
+        p[i] = r == 0 ? 1e8f + static_cast<float>(i) : r == 1 ? 0.37f * static_cast<float>(i + 1) : -1e8f + 0.11f;
+      }
+      ASSERT_TRUE(c->all_reduce(t, op)->wait(20s));
+      results[static_cast<size_t>(r)] = t;
+    });
+  }
+  for (auto& t : ranks) t.join();
+  return results;
+}
+
+TEST(GlooRankOrderSum, TcpGatheredAndSummedInRankOrderEqualsTheSharedMemoryPathBitForBit) {
+  for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kAvg}) {
+    GlooOptions shm;
+    GlooOptions tcp;
+    tcp.shared_memory = false;
+    tcp.sum_in_rank_order = true;
+    const auto a = reduce_three_ranks(shm, op);
+    const auto b = reduce_three_ranks(tcp, op);
+    for (int r = 0; r < 3; ++r) {
+      ASSERT_TRUE(a[r].defined() && b[r].defined());
+      EXPECT_EQ(std::memcmp(a[r].data_ptr(), b[r].data_ptr(), 1000 * sizeof(float)), 0) << "rank " << r;
+      EXPECT_EQ(std::memcmp(a[0].data_ptr(), a[r].data_ptr(), 1000 * sizeof(float)), 0) << "rank " << r;
+    }
+  }
+}
+
 // A barrier in anonymous shared memory, rank 1 a child process that exits
 // without arriving: rank 0 names it within a few liveness checks, long
 // before its timeout.

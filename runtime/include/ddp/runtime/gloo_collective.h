@@ -15,7 +15,10 @@
 // Transport: all_reduce of a group whose ranks all share this host goes
 // through one shared memory segment (two barriers per chunk, no TCP); set
 // GlooOptions::shared_memory = false (DDP_GLOO_SHM=0 under ddp::init) for
-// Gloo's ring over TCP. broadcast, all_gather and barrier always use TCP.
+// Gloo's ring over TCP. When shared memory was wanted but cannot serve a
+// one-host group, all_reduce sums in rank order over TCP instead, to keep the
+// same bits (GlooOptions::sum_in_rank_order). broadcast, all_gather and
+// barrier always use TCP.
 //
 // Dtypes: all_reduce takes float32, float64, int32, int64, int8 and uint8
 // natively; float16 and bfloat16 are upcast to float32 for the reduction (Gloo
@@ -60,6 +63,13 @@ struct GlooOptions {
   /// every rank is on this host (see shared_memory_allreduce.h); other ops and
   /// multi-host groups use Gloo's TCP pairs either way.
   bool shared_memory = true;
+  /// all_reduce over TCP as an all_gather then every rank's data summed in
+  /// rank order on each rank: the same bits as the shared-memory path, at
+  /// about size/2 times the ring's traffic. Turned on by itself when the
+  /// shared-memory path was wanted but could not serve a one-host group
+  /// (/dev/shm full), so that a job that falls back (or restarts after
+  /// falling back) ends bitwise equal to one that did not.
+  bool sum_in_rank_order = false;
   /// Entries kept in the flight record.
   size_t flight_record_capacity = 1024;
 };
