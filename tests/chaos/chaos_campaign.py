@@ -395,18 +395,6 @@ class Console:
         hits = self.find(regex, **kw)
         return hits[0] if hits else None
 
-    def wait_for(self, regex, timeout, procs=(), **kw):
-        """First match; waits until it appears, every proc in procs exited, or timeout."""
-        deadline = time.monotonic() + timeout
-        while True:
-            hit = self.first(regex, **kw)
-            if hit or time.monotonic() >= deadline:
-                return hit
-            if procs and all(p.poll() is not None for p in procs):
-                time.sleep(0.1)  # the readers drain the pipes
-                return self.first(regex, **kw)
-            time.sleep(0.005)
-
     def text(self, name=None, stream=None):
         return "\n".join(tx for _t, n, s, tx in self.snapshot()
                          if (name is None or n == name) and (stream is None or s == stream))
