@@ -16,10 +16,12 @@ import os
 import re
 import shutil
 import signal
+import struct
 import subprocess
 import tempfile
 import time
 import unittest
+import zlib
 from pathlib import Path
 
 from launcher_harness import (PYTHON, REPO, LauncherTestCase, Result, find_marked, kill_marked, signal_step,
@@ -61,6 +63,19 @@ for a, b in json.loads(sys.argv[1]):
     rows.append(row)
 print(json.dumps(rows))
 """
+
+
+def with_metadata(checkpoint, meta):
+    """A checkpoint file (runtime/common/src/checkpoint_store.cpp's format) with its
+    metadata replaced and its checksums made right again."""
+    fields = struct.unpack_from("<IIqQQ", checkpoint, 8)
+    meta_len, payload_len = fields[3], fields[4]
+    head_len = 8 + struct.calcsize("<IIqQQ")
+    payload = checkpoint[head_len + 8 + meta_len:head_len + 8 + meta_len + payload_len]
+    header = checkpoint[:8] + struct.pack("<IIqQQ", fields[0], fields[1], fields[2], len(meta), len(payload))
+    header += struct.pack("<I", zlib.crc32(meta + payload, zlib.crc32(header)))
+    header += struct.pack("<I", zlib.crc32(header))
+    return header + meta + payload + checkpoint[-8:]
 
 
 def checkpoint_steps(directory):
@@ -379,6 +394,24 @@ class TrainingTest(DdptrainCase):
             data[len(data) * 2 // 3] ^= 0x40  # in the payload
             path.write_bytes(bytes(data))
         self.damaged_newest_checkpoint(flip)
+
+    def test_a_whole_checkpoint_whose_metadata_ddptrain_cannot_read_is_refused_in_one_line(self):
+        # Checksums right, but not written by ddptrain: metadata a JSON array, or
+        # a "model" that is a number. The run must say so, not throw a JSON error.
+        ck = self.tmp / "ck"
+        self.train(1, *self.CKPT_ARGS, "--steps", 5, "--checkpoint-dir", ck, "--checkpoint-every", 5)
+        newest = ck / "ckpt_000000000005.ddpckpt"
+        original = newest.read_bytes()
+        for meta, said in ((b"[1, 2]", "its metadata is not a JSON object"),
+                           (b'{"model": 5}', "has metadata ddptrain cannot read")):
+            with self.subTest(meta=meta):
+                newest.write_bytes(with_metadata(original, meta))
+                res = self.train(1, *self.CKPT_ARGS, "--steps", 10, "--checkpoint-dir", ck, expect_rc=1)
+                lines = [l for l in res.err.splitlines() if l.startswith("[0:0] ddptrain: error: checkpoint")]
+                self.assertEqual(len(lines), 1, res.describe())   # one line, from the rank
+                self.assertIn(newest.name, lines[0])
+                self.assertIn(said, lines[0])
+                self.assertNotIn("resuming from", res.out, res.describe())
 
     # ---- --init / --save-final and PyTorch
 

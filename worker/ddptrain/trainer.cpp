@@ -189,14 +189,27 @@ class Trainer {
       for (const auto& s : skipped) std::fprintf(stderr, "ddptrain: skipping damaged checkpoint %s: %s\n", s.path.c_str(), s.reason.c_str());
       if (found) {
         const auto& m = found->metadata;
-        if (m.value("model", o_.model) != o_.model || m.value("mlp_sizes", o_.mlp_sizes) != o_.mlp_sizes) {
-          throw std::runtime_error("checkpoint " + found->path + " was written for another model (" + m.dump() + ")");
+        // The checksum says the file is whole, not that ddptrain wrote it.
+        const auto not_ours = [&found, &m](const std::string& why) {
+          return std::runtime_error("checkpoint " + found->path + " " + why + " (metadata " +
+                                    m.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace).substr(0, 200) +
+                                    ")");
+        };
+        if (!m.is_object()) throw not_ours("was not written by ddptrain: its metadata is not a JSON object");
+        int world = 0;
+        int64_t batch = 0;
+        try {
+          if (m.value("model", o_.model) != o_.model || m.value("mlp_sizes", o_.mlp_sizes) != o_.mlp_sizes) {
+            throw not_ours("was written for another model");
+          }
+          world = m.value("world_size", group_->world_size);
+          batch = m.value("batch_size", batch_);
+        } catch (const nlohmann::json::exception& e) {
+          throw not_ours(std::string("has metadata ddptrain cannot read: ") + e.what());
         }
         std::printf("ddptrain: resuming from %s (step %lld)\n", found->path.c_str(), static_cast<long long>(found->step));
         // Step s reads global positions [s*G, (s+1)*G) whatever the world
         // size: only a different global batch changes the training.
-        const int world = m.value("world_size", group_->world_size);
-        const int64_t batch = m.value("batch_size", batch_);
         if (world * batch != batch_ * group_->world_size) {
           std::printf("ddptrain: warning: the checkpoint was written with %d rank(s) x batch %lld; the data order "
                       "from here on follows this run's %d x %lld\n",
