@@ -16,6 +16,7 @@
 #include "coordinator/coordinator_client.h"
 #include "coordinator/coordinator_server.h"
 #include "coordinator/coordinator_service.h"
+#include "coordinator/job_stop_proto.h"
 #include "health/heartbeat_proto.h"
 
 namespace ddp {
@@ -253,6 +254,25 @@ TEST(ProtocolDurations, AgesAndWaitsFromTheWireAreClampedNotOverflowed) {
   EXPECT_EQ(call_wait(kHuge), std::chrono::milliseconds(CoordinatorLimits::kMaxWaitMs));
   EXPECT_EQ(call_wait(-1), Duration::zero());
   EXPECT_EQ(call_wait(30000), 30s);
+}
+
+// An agent takes a JobStop from the coordinator's replies: values a broken
+// or hostile peer sends are bounded before they meet the clock.
+TEST(JobStopProto, ValuesFromTheWireAreBounded) {
+  pb::JobStop wire;
+  wire.set_at_next_boundary(false);
+  wire.set_stop_at_step(-5);
+  wire.set_stop_timeout_ms(std::numeric_limits<int64_t>::max());
+  JobStop stop = from_proto(wire);
+  EXPECT_EQ(stop.stop_at_step, 0);
+  EXPECT_EQ(stop.stop_timeout, std::chrono::milliseconds(JobStop::kMaxStopTimeoutMs));
+  wire.set_stop_timeout_ms(-1);
+  EXPECT_EQ(from_proto(wire).stop_timeout, Duration::zero());
+  wire.set_stop_timeout_ms(1500);
+  wire.set_stop_at_step(42);
+  stop = from_proto(wire);
+  EXPECT_EQ(stop.stop_timeout, 1500ms);
+  EXPECT_EQ(stop.stop_at_step, 42);
 }
 
 }  // namespace

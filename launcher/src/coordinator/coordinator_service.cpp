@@ -194,8 +194,7 @@ CoordinatorService::Reactor* CoordinatorService::RequestStop(Ctx* ctx, const pb:
     JobStop stop;
     const Status s = job->request_stop(req->node_rank(), req->generation(),
                                        req->reason().substr(0, Limits::kMaxKeyBytes),
-                                       std::chrono::milliseconds(std::clamp<int64_t>(req->stop_timeout_ms(), 0,
-                                                                                     int64_t{24} * 3600 * 1000)),
+                                       std::chrono::milliseconds(bounded_stop_timeout_ms(req->stop_timeout_ms())),
                                        stop);
     if (s.ok()) to_proto(stop, *reply->mutable_stop());
     finish(ctx, reactor, s, "RequestStop");

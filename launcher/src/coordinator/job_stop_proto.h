@@ -3,7 +3,9 @@
 // membership logic works on. Used by the thin adapters only (the coordinator
 // service and client).
 
+#include <algorithm>
 #include <chrono>
+#include <cstdint>
 
 #include "ddplaunch/v1/coordinator.pb.h"
 #include "membership/job_stop.h"
@@ -18,11 +20,16 @@ inline void to_proto(const JobStop& stop, ddplaunch::v1::JobStop& out) {
   out.set_pending(stop.pending);
 }
 
+/// Values from the wire are bounded: a negative step is 0, a timeout lies
+/// within [0, JobStop::kMaxStopTimeoutMs] (a huge one would overflow a
+/// deadline on the clock).
+inline int64_t bounded_stop_timeout_ms(int64_t ms) { return std::clamp<int64_t>(ms, 0, JobStop::kMaxStopTimeoutMs); }
+
 inline JobStop from_proto(const ddplaunch::v1::JobStop& in) {
   JobStop stop;
-  if (!in.at_next_boundary()) stop.stop_at_step = in.stop_at_step();
+  if (!in.at_next_boundary()) stop.stop_at_step = std::max<int64_t>(in.stop_at_step(), 0);
   stop.reason = in.reason();
-  stop.stop_timeout = std::chrono::milliseconds(in.stop_timeout_ms());
+  stop.stop_timeout = std::chrono::milliseconds(bounded_stop_timeout_ms(in.stop_timeout_ms()));
   stop.pending = in.pending();
   return stop;
 }

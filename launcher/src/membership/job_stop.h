@@ -17,6 +17,9 @@
 namespace ddp {
 
 struct JobStop {
+  /// The longest stop_timeout a message may carry (longer ones are cut to it).
+  static constexpr int64_t kMaxStopTimeoutMs = int64_t{24} * 3600 * 1000;
+
   std::optional<int64_t> stop_at_step;  // nullopt: each rank at its next step boundary
   std::string reason;                   // e.g. "SIGTERM to ddplaunch on node 1 (h1)"
   Duration stop_timeout{};              // then the ranks still running are signalled
