@@ -210,6 +210,20 @@ TEST(TensorFileHostile, SizesAndStridesThatOverflow64BitsAreRefused) {
   EXPECT_EQ(loaded[0].second.sizes(), (std::vector<int64_t>{1000, 4}));
 }
 
+TEST(TensorFileHostile, ARepeatedKeyReplacesItsValueAsInAPythonDict) {
+  TempDir dir;
+  ASSERT_TRUE(dir.ok());
+  const std::string path = dir.file("repeated.pt");
+  // {"w": 1, "w": tensor}: one entry, the tensor (the later value wins).
+  std::string pkl = one_tensor_pickle(4, {4}, {1});
+  pkl.insert(4, pickle_str("w") + "K\x01");
+  write_archive(path, pkl, {std::string(16, '\0')});
+  const TensorDict loaded = load_tensor_dict(path);
+  ASSERT_EQ(loaded.size(), 1u);
+  EXPECT_EQ(loaded[0].first, "w");
+  EXPECT_EQ(loaded[0].second.sizes(), (std::vector<int64_t>{4}));
+}
+
 TEST(TensorFileHostile, DeepAndSelfReferencingPicklesAreRefusedWithoutCrashingOrLeaking) {
   TempDir dir;
   ASSERT_TRUE(dir.ok());
