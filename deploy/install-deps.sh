@@ -7,8 +7,8 @@ set -euo pipefail
 packages=(
   # toolchain
   build-essential cmake ninja-build ccache pkg-config git
-  # launcher
-  libcli11-dev libspdlog-dev libfmt-dev nlohmann-json3-dev
+  # launcher (libcpp-httplib-dev: the --metrics-port HTTP server, with OpenSSL for TLS)
+  libcli11-dev libspdlog-dev libfmt-dev nlohmann-json3-dev libcpp-httplib-dev
   # coordinator protocol
   libgrpc++-dev libprotobuf-dev protobuf-compiler protobuf-compiler-grpc
   # worker runtime: LibTorch, Gloo, a fast BLAS (the reference BLAS is ~16x slower),
@@ -18,6 +18,9 @@ packages=(
   libcurl4-openssl-dev libxml2-dev
   # tests and benchmarks: GoogleTest, PyTorch as the peer, process tools
   libgtest-dev libgmock-dev python3 python3-torch procps iproute2 util-linux
+  # the --metrics-port tests: a real Prometheus scrapes a job (test_prometheus.py),
+  # headless Chromium loads the live page (test_web_page.py)
+  prometheus chromium
   # the sync benchmark's peer: aws s3 cp
   awscli
   # the fuzz targets (tests/fuzz): clang++-14 with libFuzzer and its sanitizers

@@ -430,3 +430,23 @@ class LauncherTestCase(unittest.TestCase):
 
     def read_int(self, name):
         return int((self.outdir / name).read_text().strip())
+
+
+DDPTRAIN = Path(os.environ.get("DDPTRAIN_BIN") or (REPO / "build" / "worker" / "ddptrain" / "ddptrain")).absolute()
+
+
+class DdptrainJobCase(LauncherTestCase):
+    """Tests whose jobs run ddptrain: skipped where it was not built (it needs
+    LibTorch), and one OpenMP thread per rank, so that several ranks share a
+    small machine without oversubscribing it."""
+
+    @classmethod
+    def setUpClass(cls):
+        super().setUpClass()
+        if not DDPTRAIN.is_file() or not os.access(DDPTRAIN, os.X_OK):
+            raise unittest.SkipTest(f"ddptrain not found at {DDPTRAIN} (set DDPTRAIN_BIN; needs LibTorch)")
+
+    def env(self, extra=None, drop=()):
+        e = super().env(extra, drop)
+        e["OMP_NUM_THREADS"] = "1"
+        return e

@@ -22,6 +22,7 @@ something is started.
 """
 
 import os
+import socket
 import stat
 import unittest
 
@@ -128,6 +129,12 @@ LAUNCH_OPTIONS = [
     L("--hang-timeout=1", "--heartbeat-interval=2", ("--hang-timeout",)),
     L("--nccl-debug=LOUD", ("--nccl-debug",)),
     L("--log-level=verbose", ("--log-level",)),
+    L("--metrics-port=abc", ("--metrics-port",)),
+    L("--metrics-port=70000", ("--metrics-port",)),
+    L("--metrics-port=-1", ("--metrics-port",)),
+    L("--metrics-port=1.5", ("--metrics-port",)),
+    L("--metrics-port=", ("--metrics-port",)),
+    L("--metrics-port={busy}", ("--metrics-port",)),
     L("--tls-cert={row}/cert.pem", ("--tls-cert",)),
     L("--sync=checkpoints", ("--sync",)),
     L("--sync={row}/ckpt=http://bucket/prefix", ("--sync",)),
@@ -191,6 +198,7 @@ LAUNCH_ENV = [
     L(("DDPLAUNCH_STOP_TIMEOUT",), env={"DDPLAUNCH_STOP_TIMEOUT": "-5"}),
     L(("DDPLAUNCH_MAX_NODE_FAILURES",), env={"DDPLAUNCH_MAX_NODE_FAILURES": "x"}),
     L(("DDPLAUNCH_GROW",), env={"DDPLAUNCH_GROW": "later"}),
+    L(("DDPLAUNCH_METRICS_PORT", "--metrics-port"), env={"DDPLAUNCH_METRICS_PORT": "http"}),
     L(("DDPLAUNCH_NO_PYTHON_COMPANION",), env={"DDPLAUNCH_NO_PYTHON_COMPANION": "maybe"}),
     L("{py}", ("PYTHON_EXEC",), env={"PYTHON_EXEC": "/nonexistent/python3"}, program=False),
 ]
@@ -207,6 +215,9 @@ SERVE = [
     C("serve", "--port=0", "--tls-cert={row}/missing-cert.pem", "--tls-key={row}/missing-key.pem",
       ("missing-cert.pem", "missing-key.pem")),
     C("serve", "--node-timeout=-1", ("--node-timeout",)),
+    C("serve", "--metrics-port=70000", ("--metrics-port",)),
+    C("serve", "--metrics-port=abc", ("--metrics-port",)),
+    C("serve", "--port=0", "--metrics-port={busy}", ("--metrics-port",)),
 ]
 
 STATUS = [
@@ -271,6 +282,19 @@ LIST = [
 
 class BadInputTest(LauncherTestCase):
 
+    @classmethod
+    def setUpClass(cls):
+        super().setUpClass()
+        # {busy}: a port that something listens on for the whole class.
+        cls.busy = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        cls.busy.bind(("127.0.0.1", 0))
+        cls.busy.listen(1)
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.busy.close()
+        super().tearDownClass()
+
     def sandbox(self, name):
         """A fresh row folder: empty home, run (XDG_RUNTIME_DIR), tmp (TMPDIR),
         cwd and out (the marker's folder), and the marker scripts in bin."""
@@ -290,7 +314,7 @@ class BadInputTest(LauncherTestCase):
         root, dirs = self.sandbox(f"{command}-{n}")
         logs = root / "logs"
         fill = {"prog": str(dirs["bin"] / "prog.sh"), "py": str(dirs["bin"] / "prog.py"),
-                "row": str(root), "logs": str(logs)}
+                "row": str(root), "logs": str(logs), "busy": str(self.busy.getsockname()[1])}
         args = [a.format(**fill) for a in row.args]
         if command == "launch":
             cmd = ([str(BIN)] + ([f"--log-dir={logs}"] if row.log_dir else []) + args

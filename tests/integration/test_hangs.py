@@ -23,12 +23,9 @@ import signal
 import subprocess
 import time
 import unittest
-from pathlib import Path
 
-from launcher_harness import (BIN, REPO, LauncherTestCase, find_marked, is_alive, wait_until)
+from launcher_harness import (BIN, DDPTRAIN, DdptrainJobCase, find_marked, is_alive, wait_until)
 
-DDPTRAIN = Path(os.environ.get("DDPTRAIN_BIN")
-                or (REPO / "build" / "worker" / "ddptrain" / "ddptrain")).absolute()
 
 HB = 0.5                       # --heartbeat-interval
 HANG = 2.0                     # --hang-timeout
@@ -136,18 +133,7 @@ class Watch:
         return None
 
 
-class HangTestCase(LauncherTestCase):
-    @classmethod
-    def setUpClass(cls):
-        super().setUpClass()
-        if not DDPTRAIN.is_file() or not os.access(DDPTRAIN, os.X_OK):
-            raise unittest.SkipTest(f"ddptrain not found at {DDPTRAIN} (set DDPTRAIN_BIN; needs LibTorch)")
-
-    def env(self, extra=None, drop=()):
-        e = super().env(extra, drop)
-        e["OMP_NUM_THREADS"] = "1"
-        return e
-
+class HangTestCase(DdptrainJobCase):
     def start_train(self, nproc, *, fault=None, steps=100000, hang=HANG, launcher_args=(), train_args=()):
         args = [f"--nproc-per-node={nproc}", f"--heartbeat-interval={HB}", f"--hang-timeout={hang}",
                 *launcher_args, DDPTRAIN, "--steps", steps, "--log-every", "0", *train_args]

@@ -163,9 +163,12 @@ void AgentSession::heartbeat_loop(int64_t generation) {
     }
     std::vector<int> dump_ranks;
     std::optional<JobStop> stop;
+    // Each rank's process and GPUs, sampled at the heartbeat's cadence (a
+    // no-op without a sampler), ride with the heartbeats.
+    health_.sample_resources();
     const Status s = calls_.heartbeat(assignment_.node_rank, generation,
-                                       std::min<Duration>(settings_.heartbeat_interval, 5s), health_.latest(), &dump_ranks,
-                                       health_.take_stacks(), &stop);
+                                       std::min<Duration>(settings_.heartbeat_interval, 5s),
+                                       health_.latest_with_resources(), &dump_ranks, health_.take_stacks(), &stop);
     if (!dump_ranks.empty()) health_.request_stack_dumps(dump_ranks);
     if (stop) note_job_stop(*stop);
     const auto now = clock_.now();
@@ -276,8 +279,8 @@ Verdict AgentSession::conclude(const AttemptSummary& summary) {
     // What the workers said last (a collective they entered just before
     // failing, say) reaches the coordinator before the failure does.
     [[maybe_unused]] const Status flushed =
-        calls_.heartbeat(assignment_.node_rank, generation, 2s, health_.latest(), nullptr, health_.take_stacks(),
-                         nullptr);
+        calls_.heartbeat(assignment_.node_rank, generation, 2s, health_.latest_with_resources(), nullptr,
+                         health_.take_stacks(), nullptr);
   }
   Status s;
   for (int attempt = 0; attempt < 5; ++attempt) {

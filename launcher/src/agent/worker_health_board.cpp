@@ -70,6 +70,71 @@ void WorkerHealthBoard::clear() {
   pids_.clear();
   dump_requests_.clear();
   answers_.clear();
+  resources_.clear();
+  ++cleared_;
+}
+
+void WorkerHealthBoard::set_resource_sampler(ResourceSampler sampler) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  sampler_ = std::move(sampler);
+}
+
+void WorkerHealthBoard::sample_resources() {
+  ResourceSampler sampler;
+  std::map<int, int> pids;
+  uint64_t cleared = 0;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (!sampler_ || pids_.empty()) return;
+    sampler = sampler_;
+    pids = pids_;
+    cleared = cleared_;
+  }
+  // /proc and NVML are read without the lock held.
+  std::map<int, RankResources> taken = sampler(pids);
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (cleared != cleared_) return;  // a new generation began meanwhile
+  const SteadyTime now = clock_.now();
+  for (const auto& [rank, pid] : pids) {
+    auto it = taken.find(rank);
+    if (it != taken.end()) {
+      resources_[rank] = {std::move(it->second), now};
+    } else if (auto kept = resources_.find(rank); kept != resources_.end() && kept->second.first.pid == pid) {
+      kept->second.first.process_gone = true;
+    }
+  }
+}
+
+std::map<int, RankResources> WorkerHealthBoard::resources() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  const SteadyTime now = clock_.now();
+  std::map<int, RankResources> out;
+  for (const auto& [rank, entry] : resources_) {
+    RankResources r = entry.first;
+    r.age = now - entry.second;
+    out.emplace(rank, std::move(r));
+  }
+  return out;
+}
+
+std::vector<ForwardedReport> WorkerHealthBoard::latest_with_resources() const {
+  std::vector<ForwardedReport> out = latest();
+  std::map<int, RankResources> samples = resources();
+  for (ForwardedReport& f : out) {
+    auto it = samples.find(f.report.rank);
+    if (it == samples.end()) continue;
+    f.report.resources = std::move(it->second);
+    samples.erase(it);
+  }
+  for (auto& [rank, r] : samples) {
+    ForwardedReport f;
+    f.report.rank = rank;
+    f.report.pid = r.pid;
+    f.report.resources_only = true;
+    f.report.resources = std::move(r);
+    out.push_back(std::move(f));
+  }
+  return out;
 }
 
 void WorkerHealthBoard::set_worker_pid(int rank, int pid) {

@@ -10,8 +10,14 @@
 // C code, a program without heartbeats) is answered for: the board describes
 // its process as the kernel sees it (process_state.h).
 //
+// It also keeps the latest resource sample of each worker (CPU, memory and
+// GPUs of its process, metrics/resource_monitor.h): the heartbeat thread
+// calls sample_resources() at each heartbeat, by the pids the supervisor
+// gave, so ranks without heartbeats (plain scripts) are sampled too.
+//
 // Threading: thread-safe (gRPC and channel threads write, the heartbeat
-// thread reads). The stacks listener is called without the board's lock held.
+// thread reads). The stacks listener and the resource sampler are called
+// without the board's lock held.
 
 #include <functional>
 #include <map>
@@ -44,8 +50,23 @@ class WorkerHealthBoard {
   /// The latest report of each worker, with how long it has been held here
   /// (counted from its newest announcement where that is newer).
   std::vector<ForwardedReport> latest() const;
-  /// A new generation: forget every worker, request and answer.
+  /// A new generation: forget every worker, request, answer and sample.
   void clear();
+
+  /// Samples the processes of the given ranks (rank -> pid); the ranks it
+  /// returns nothing for are gone. Called without the board's lock.
+  using ResourceSampler = std::function<std::map<int, RankResources>(const std::map<int, int>& pid_by_rank)>;
+  /// Set once, before workers start; none: no samples are taken.
+  void set_resource_sampler(ResourceSampler sampler);
+  /// Samples every worker the supervisor started (heartbeat thread). A
+  /// worker whose process is gone keeps its last sample, marked process_gone.
+  void sample_resources();
+  /// The latest sample of each worker, by rank, aged as of now.
+  std::map<int, RankResources> resources() const;
+  /// latest() with each worker's latest sample attached, plus a
+  /// resources_only report for each sampled worker that sent no heartbeat:
+  /// what the agent's heartbeat forwards.
+  std::vector<ForwardedReport> latest_with_resources() const;
   /// The supervisor started `rank` as `pid`: whom to describe if it cannot answer.
   void set_worker_pid(int rank, int pid);
 
@@ -78,6 +99,9 @@ class WorkerHealthBoard {
   std::map<int, int> pids_;                                  // by rank, from the supervisor
   std::map<int, DumpRequest> dump_requests_;                 // by rank, until answered
   std::vector<RankStacks> answers_;
+  ResourceSampler sampler_;
+  std::map<int, std::pair<RankResources, SteadyTime>> resources_;  // by rank: sample, when taken
+  uint64_t cleared_ = 0;  // counts clear(): a sample taken across one is dropped
 };
 
 }  // namespace ddp

@@ -171,6 +171,12 @@ std::optional<LaunchOptions> parse_launch_options(int argc, const char* const* a
   add(app, "nccl-debug", o.nccl_debug,
       "NCCL_DEBUG level (VERSION, WARN, INFO, TRACE) for every rank, logged to rank_<r>/nccl.log (see diagnose)");
   add(app, "nccl-debug-subsys", o.nccl_debug_subsys, "NCCL_DEBUG_SUBSYS for every rank, e.g. INIT,NET");
+  app.add_option(spellings("metrics-port"), o.metrics_port,
+                 "serve /metrics (Prometheus text), /status.json and a live page on this TCP port from the "
+                 "coordinator (node 0's agent), on its address and with its TLS; multi-node jobs and jobs given "
+                 "--token need the token (Authorization: Bearer, or ?token=). 0 picks a free port (logged)")
+      ->envname("DDPLAUNCH_METRICS_PORT")
+      ->check(CLI::Range(0, 65535));
   app.add_option("--log-level", o.log_level, "ddplaunch's own log level")
       ->check(CLI::IsMember({"trace", "debug", "info", "warn", "error", "off"}))
       ->capture_default_str();

@@ -45,6 +45,7 @@ struct LaunchOptions {
   double hang_timeout_s = 300.0;      // silent rank / no progress before a hang is declared
   std::string nccl_debug;             // VERSION, WARN, INFO, TRACE: NCCL_DEBUG into rank_<r>/nccl.log
   std::string nccl_debug_subsys;      // NCCL_DEBUG_SUBSYS
+  int metrics_port = -1;              // the coordinator's HTTP port (/metrics, /status.json, /); -1: none, 0: free
   bool module = false;     // -m: PROGRAM is a Python module
   bool no_python = false;  // run PROGRAM as is, even a .py file
   bool run_path = false;   // run PROGRAM (a Python file) with runpy.run_path

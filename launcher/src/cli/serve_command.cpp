@@ -12,6 +12,7 @@
 #include "coordinator/coordinator_server.h"
 #include "ddp/common/logging.h"
 #include "exit_codes.h"
+#include "http/metrics_server.h"
 #include "process/stop_signals.h"
 
 namespace ddp {
@@ -21,6 +22,7 @@ int run_serve_command(int argc, const char* const* argv) {
   TlsFiles tls;
   double node_timeout_s = 15;
   std::string log_level = "info";
+  int metrics_port = -1;
   CLI::App app{"ddplaunch serve: a standalone coordinator for many jobs", "ddplaunch serve"};
   app.add_option("--host", address.host, "address to listen on; 0.0.0.0 or :: for every interface")
       ->capture_default_str();
@@ -33,6 +35,11 @@ int run_serve_command(int argc, const char* const* argv) {
   app.add_option("--node-timeout", node_timeout_s, "seconds without an agent heartbeat before its node counts as failed")
       ->check(positive_number())
       ->capture_default_str();
+  app.add_option("--metrics-port", metrics_port,
+                 "serve /metrics (Prometheus text), /status.json and a live page on this TCP port, on --host with "
+                 "the same TLS; each job is shown only to requests with its token (Authorization: Bearer, or "
+                 "?token=). 0 picks a free port (printed)")
+      ->check(CLI::Range(0, 65535));
   app.add_option("--log-level", log_level)->check(CLI::IsMember({"trace", "debug", "info", "warn", "error", "off"}));
   try {
     app.parse(argc, argv);
@@ -58,10 +65,28 @@ int run_serve_command(int argc, const char* const* argv) {
     std::fprintf(stderr, "ddplaunch serve: error: %s\n", printable_on_one_line(e.what()).c_str());
     return exit_code::kUsage;
   }
+  // Declared after the coordinator's server, so destroyed before it.
+  std::unique_ptr<MetricsServer> metrics;
+  if (metrics_port >= 0) {
+    MetricsServerConfig config;
+    config.host = address.host;
+    config.port = metrics_port;
+    config.tls = tls;
+    config.token_required = true;  // jobs made by their first joiner, each with its own token
+    try {
+      metrics = std::make_unique<MetricsServer>(config, coordinator_jobs(server->coordinator()));
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "ddplaunch serve: error: %s\n", printable_on_one_line(e.what()).c_str());
+      return exit_code::kUsage;
+    }
+    spdlog::info("metrics: {}metrics (Prometheus), {}status.json and the live page {} (with a job's token)",
+                 metrics->url(), metrics->url(), metrics->url());
+  }
   spdlog::info("coordinator serving on {}:{}{} (NCCL IDs: {})", address.host, server->port(),
                tls.enabled() ? " with TLS" : "", server->coordinator().ids().describe());
   // Machine-readable for scripts that asked for port 0.
   std::printf("listening on %s:%d\n", address.host.c_str(), server->port());
+  if (metrics) std::printf("metrics on %s\n", metrics->url().c_str());
   std::fflush(stdout);
 
   // The handled signals are blocked (main): wait for one synchronously.
@@ -71,6 +96,7 @@ int run_serve_command(int argc, const char* const* argv) {
   int signo = 0;
   sigwait(&stop, &signo);
   spdlog::info("received signal {}, shutting down", signo);
+  metrics.reset();
   server->shutdown();
   return exit_code::for_signal(signo);
 }

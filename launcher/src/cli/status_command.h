@@ -1,7 +1,8 @@
 #pragma once
 // `ddplaunch status [--job ID] [--json]`: the live health view of a running
 // job, read from its coordinator: per rank host, pid, state, step, phase,
-// heartbeat age, open collective and step time; the job's generation,
+// heartbeat age, step time, CPU% and RSS (and GPU utilisation and memory
+// when a rank has a GPU: the agents' samples) and open collective; the job's generation,
 // restarts used and elapsed time. The job is found in this user's registry of
 // running jobs (job_registry.h): the only one, or the one --job names.
 

@@ -85,6 +85,13 @@ void Coordinator::abort_all() {
   for (auto& job : jobs) job->abort_all({StatusCode::kUnavailable, "the coordinator is shutting down"});
 }
 
+std::vector<std::shared_ptr<CoordinatorJob>> Coordinator::jobs() const {
+  std::vector<std::shared_ptr<CoordinatorJob>> all;
+  std::lock_guard<std::mutex> lock(mutex_);
+  for (const auto& [id, e] : jobs_) all.push_back(e.job);
+  return all;
+}
+
 size_t Coordinator::job_count() const {
   std::lock_guard<std::mutex> lock(mutex_);
   return jobs_.size();

@@ -13,6 +13,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <vector>
 
 #include "coordinator/coordinator_job.h"
 
@@ -67,6 +68,8 @@ class Coordinator {
   /// Answers every parked call of every job with Unavailable.
   void abort_all();
   size_t job_count() const;
+  /// Every job known now, by id (the metrics port's view of them).
+  std::vector<std::shared_ptr<CoordinatorJob>> jobs() const;
   const UniqueIdSource& ids() const { return ids_; }
 
  private:

@@ -2,6 +2,7 @@
 #include "coordinator/job_stop_proto.h"
 
 #include "health/heartbeat_proto.h"
+#include "metrics/resources_proto.h"
 #include "stacks/rank_stacks_proto.h"
 
 #include <grpcpp/grpcpp.h>
@@ -223,10 +224,7 @@ Status CoordinatorClient::heartbeat(int node_rank, int64_t generation, Duration 
   const std::shared_ptr<const Connection> c = authorize(req.mutable_auth());
   req.set_node_rank(node_rank);
   req.set_generation(generation);
-  for (const ForwardedReport& w : workers) {
-    to_proto(w.report, w.held, *req.add_workers());
-    if (req.host().empty()) req.set_host(w.report.host);
-  }
+  add_forwarded(workers, req);  // heartbeats, and each rank's resource sample
   for (const RankStacks& s : stacks) to_proto(s, *req.add_stacks());
   pb::AgentHeartbeatReply reply;
   grpc::ClientContext ctx;

@@ -2,6 +2,7 @@
 
 #include "coordinator/job_stop_proto.h"
 #include "health/heartbeat_proto.h"
+#include "metrics/resources_proto.h"
 #include "stacks/rank_stacks_proto.h"
 
 #include <fmt/format.h>
@@ -126,11 +127,8 @@ CoordinatorService::Reactor* CoordinatorService::AgentHeartbeat(Ctx* ctx, const 
   Reactor* reactor = ctx->DefaultReactor();
   if (auto job = job_for(ctx, reactor, req->auth(), "AgentHeartbeat")) {
     int64_t current = 0;
-    std::vector<ForwardedReport> workers;
-    workers.reserve(static_cast<size_t>(req->workers_size()));
-    for (const auto& w : req->workers()) {
-      workers.push_back({from_proto(w, req->node_rank(), req->host()), heartbeat_age(w.held_ms())});
-    }
+    // Heartbeats, and each rank's resource sample (resources_only for a rank without heartbeats).
+    const std::vector<ForwardedReport> workers = forwarded_reports(*req);
     std::vector<RankStacks> stacks;
     stacks.reserve(static_cast<size_t>(req->stacks_size()));
     for (const auto& s : req->stacks()) stacks.push_back(from_proto(s));

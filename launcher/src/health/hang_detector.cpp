@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 
 #include "health/rank_list.h"
+#include "metrics/resources_json.h"
 #include "output/byte_size.h"
 
 namespace ddp {
@@ -103,6 +104,17 @@ void HangDetector::reset(int world_size) {
 void HangDetector::on_report(const RankReport& report, Duration age) {
   if (report.rank < 0 || report.rank >= world_size()) return;
   RankState& st = ranks_[static_cast<size_t>(report.rank)];
+  if (report.resources) {
+    // Samples have their own age (the agent samples every rank, heartbeat or
+    // not), and the last one of an exited rank is worth keeping.
+    const SteadyTime taken = clock_.now() - std::max(report.resources->age, Duration::zero());
+    if (!st.resources || taken >= st.resources_at) {
+      st.resources = report.resources;
+      st.resources_at = taken;
+      st.history.add(taken, *report.resources);
+    }
+  }
+  if (report.resources_only) return;
   if (st.exited) return;
   const SteadyTime received = clock_.now() - std::max(age, Duration::zero());
   if (st.monitored && received < st.received_at) return;  // an older report arriving late
@@ -113,6 +125,7 @@ void HangDetector::on_report(const RankReport& report, Duration age) {
   const bool new_step = report.step >= 0 && (first || report.step != st.report.step);
   st.monitored = true;
   st.report = report;
+  st.report.resources.reset();  // kept apart, in st.resources
   st.received_at = received;
   if (progressed) last_progress_ = std::max(last_progress_, received);
   record_collectives(report);
@@ -447,6 +460,11 @@ nlohmann::json HangDetector::rank_json(int rank, SteadyTime now) const {
   nlohmann::json j;
   j["rank"] = rank;
   j["monitored"] = st.monitored;
+  if (st.resources) {
+    RankResources now_seen = *st.resources;
+    now_seen.age = now - st.resources_at;
+    j["resources"] = resources_to_json(now_seen, clock_.wall_now());
+  }
   if (!st.monitored) {
     j["note"] = kUnmonitoredNote;
     if (st.exited) j["exited"] = true;
@@ -501,6 +519,20 @@ nlohmann::json HangDetector::details(const HangVerdict& v, SteadyTime now) const
     ranks.push_back(std::move(r));
   }
   j["ranks"] = std::move(ranks);
+  nlohmann::json notes = nlohmann::json::array();
+  const std::string before = v.kind == HangKind::kDesync ? "before the desync" : "before the hang";
+  for (int i = 0; i < world_size(); ++i) {
+    const RankState& st = ranks_[static_cast<size_t>(i)];
+    if (!st.resources) continue;
+    for (std::string& note : st.history.notes(i, *st.resources, now, before)) notes.push_back(std::move(note));
+  }
+  constexpr size_t kMaxNotes = 8;  // a 16,384-rank report names what stands out, not every rank
+  if (notes.size() > kMaxNotes) {
+    const size_t more = notes.size() - kMaxNotes;
+    notes.erase(notes.begin() + kMaxNotes, notes.end());
+    notes.push_back(fmt::format("... and {} more such note(s)", more));
+  }
+  if (!notes.empty()) j["resource_notes"] = std::move(notes);
   return j;
 }
 

@@ -36,6 +36,7 @@
 
 #include "ddp/common/clock.h"
 #include "health/rank_health.h"
+#include "metrics/resource_history.h"
 
 namespace ddp {
 
@@ -66,7 +67,11 @@ struct HangVerdict {
   ///  phase, step_seconds, heartbeat_age_s, last_enqueued, last_started,
   ///  last_completed, open_collectives [{sequence, op, bytes, dtype, state,
   ///  age_s}], exited, role ("culprit"/"waiting"/"other"); unmonitored ranks
-  ///  carry "note": "no runtime heartbeats: supervised by process state only"]}
+  ///  carry "note": "no runtime heartbeats: supervised by process state only";
+  ///  every rank the agents sampled has "resources" (metrics/resources_json.h)],
+  ///  "resource_notes": what the samples before the verdict show, e.g. "rank 3's
+  ///  GPU 0 was at 0% for the 40 s before the hang" (ResourceHistory; absent
+  ///  when nothing stands out)}
   nlohmann::json details;
 };
 
@@ -84,7 +89,10 @@ class HangDetector {
 
   /// A heartbeat of one rank, received `age` ago (the agent held it that
   /// long). Reports for ranks outside [0, world_size), from exited ranks, or
-  /// older than the rank's last report are ignored.
+  /// older than the rank's last report are ignored. Its resource sample, if
+  /// any, is kept whenever it is newer than the one kept (exited ranks too);
+  /// a resources_only report is that and nothing more: it does not make the
+  /// rank monitored.
   void on_report(const RankReport& report, Duration age = Duration::zero());
 
   /// The rank's process ended (whatever its status): stop expecting
@@ -132,6 +140,9 @@ class HangDetector {
     SteadyTime received_at{};  // when the report was made (arrival - age)
     int slow_reports = 0;      // consecutive new-step reports above the straggler bound
     bool straggler_warned = false;
+    std::optional<RankResources> resources;  // the agent's latest sample, heartbeats or not
+    SteadyTime resources_at{};               // when it was taken (arrival - its age)
+    ResourceHistory history;                 // the recent samples, for the reports' notes
   };
   struct Signature {  // what one rank issued as one collective
     int rank = -1;

@@ -1,14 +1,18 @@
 #pragma once
 // What one worker's heartbeat says about it, as the coordinator's health view
 // keeps it: rank and where it runs, training progress (step, phase, last step
-// time) and the tail of its collective flight record. Plain data, no gRPC:
-// the service adapter converts the protocol messages into these.
+// time) and the tail of its collective flight record; with it, the agent's
+// latest sample of the rank's process and GPUs (metrics/rank_resources.h).
+// Plain data, no gRPC: the service adapter converts the protocol messages
+// into these.
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "ddp/common/clock.h"
+#include "metrics/rank_resources.h"
 
 namespace ddp {
 
@@ -47,6 +51,12 @@ struct RankReport {
   bool exiting = false;            // its last heartbeat: the worker is leaving
   uint64_t announced = 0;          // Python companion: collectives it had announced when this
                                    // report was made (collective_announcements.h)
+  /// The agent's latest sample of the rank's process and GPUs, where it took one.
+  std::optional<RankResources> resources;
+  /// Not a heartbeat: only `resources` (and rank, pid) mean anything. How
+  /// an agent forwards the sample of a rank that sends no heartbeats (a
+  /// plain script); the health view must not count it as one.
+  bool resources_only = false;
 };
 
 }  // namespace ddp

@@ -30,6 +30,7 @@
 #include "membership/job_stop.h"
 #include "coordinator/coordinator_server.h"
 #include "job/endpoint_failover.h"
+#include "http/metrics_server.h"
 #include "job/event_loop.h"
 #include "job/worker_env.h"
 #include "net/host_port.h"
@@ -41,6 +42,8 @@
 #include "agent/worker_health_board.h"
 #include "job/job_registry.h"
 #include "job/log_layout.h"
+#include "metrics/resource_monitor.h"
+#include "metrics/resources_json.h"
 #include "report/failure_report.h"
 #include "report/nccl_evidence.h"
 #include "report/oom_probe.h"
@@ -236,6 +239,7 @@ class JobListener final : public SupervisorListener {
     closing_summary_ = format_root_cause_summary(plan_.program, local_failures_.front(), others);
     const fs::path path = attempt_dir(plan_, attempt) / "failure.json";
     nlohmann::json report = attempt_report_to_json(plan_.job_id, attempt, *root, failures_, workers);
+    add_resources(report, root->rank);
     add_nccl_evidence(attempt, report);
     std::ofstream(path) << report.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) << '\n';
     spdlog::error("job {} attempt {} failed; report: {}", plan_.job_id, attempt, path.string());
@@ -348,6 +352,24 @@ class JobListener final : public SupervisorListener {
     return f;
   }
 
+  // The last resource sample of every local rank (CPU, memory, GPUs; see
+  // metrics/resources_json.h) as "resources": [{"rank", ...}], and the
+  // failed rank's also beside its root cause. Samples are taken at the
+  // heartbeat interval: "age_s" says how long before this report.
+  void add_resources(nlohmann::json& report, int failed_rank) const {
+    nlohmann::json all = nlohmann::json::array();
+    const WallTime now = std::chrono::system_clock::now();
+    for (const auto& [rank, r] : health_.resources()) {
+      nlohmann::json one = {{"rank", rank}};
+      one.update(resources_to_json(r, now));
+      if (rank == failed_rank && report.contains("root_cause") && report["root_cause"].is_object()) {
+        report["root_cause"]["resources"] = resources_to_json(r, now);
+      }
+      all.push_back(std::move(one));
+    }
+    if (!all.empty()) report["resources"] = std::move(all);
+  }
+
   // What the ranks' NCCL logs say, when they wrote any.
   void add_nccl_evidence(int attempt, nlohmann::json& report) const {
     const auto nccl = nccl_evidence(attempt_dir(plan_, attempt));
@@ -418,6 +440,12 @@ class JobListener final : public SupervisorListener {
     nlohmann::json report = {{"job_id", plan_.job_id}, {"attempt", attempt}, {"node_rank", node_rank_}};
     report["hang"] = nlohmann::json::parse(stop_report_, nullptr, /*allow_exceptions=*/false);
     stop_report_.clear();
+    if (report["hang"].is_object() && report["hang"].contains("resource_notes")) {
+      for (const auto& note : report["hang"]["resource_notes"]) {
+        if (note.is_string()) spdlog::error("  {}", note.get<std::string>());
+      }
+    }
+    add_resources(report, -1);
     add_nccl_flight_records(attempt, report);
     add_nccl_evidence(attempt, report);
     const fs::path path = attempt_dir(plan_, attempt) / "failure.json";
@@ -527,7 +555,7 @@ std::vector<HostPort> endpoint_list(const LaunchPlan& plan) {
 std::unique_ptr<CoordinatorServer> host_coordinator(const LaunchPlan& plan, const TlsFiles& tls) {
   if (!plan.host_coordinator) return nullptr;
   // Single-node jobs stay on loopback; multi-node listening is explicit.
-  const std::string listen_host = plan.nnodes == 1 ? "127.0.0.1" : "0.0.0.0";
+  const std::string listen_host = coordinator_listen_host(plan);
   std::unique_ptr<CoordinatorServer> server;
   try {
     server = std::make_unique<CoordinatorServer>(ServerAddress{listen_host, plan.rdzv_port}, tls,
@@ -539,6 +567,30 @@ std::unique_ptr<CoordinatorServer> host_coordinator(const LaunchPlan& plan, cons
   }
   spdlog::info("coordinator listening on {}:{} (NCCL IDs: {})", listen_host, server->port(),
                server->coordinator().ids().describe());
+  return server;
+}
+
+// --metrics-port: /metrics, /status.json and the live page of the job, from
+// the agent that hosts its coordinator, where the coordinator listens and with
+// its TLS. Declared after the coordinator, so destroyed before it.
+std::unique_ptr<MetricsServer> serve_metrics(const LaunchPlan& plan, const TlsFiles& tls,
+                                             CoordinatorServer* coordinator) {
+  if (plan.metrics_port < 0) return nullptr;
+  if (coordinator == nullptr) {
+    spdlog::info("--metrics-port: this agent does not host the job's coordinator; the one that does serves it");
+    return nullptr;
+  }
+  MetricsServerConfig config;
+  config.host = coordinator_listen_host(plan);
+  config.port = plan.metrics_port;
+  config.tls = tls;
+  // A single-node job with a generated token stays open on loopback; every
+  // other job shows itself only to who presents its token.
+  config.token_required = plan.nnodes > 1 || !plan.token_generated;
+  auto server = std::make_unique<MetricsServer>(config, coordinator_jobs(coordinator->coordinator()));
+  const std::string url = server->url();
+  spdlog::info("metrics: {}metrics (Prometheus), {}status.json and the live page {}{}", url, url, url,
+               config.token_required ? " (send the job's token: Authorization: Bearer, or ?token=)" : "");
   return server;
 }
 
@@ -658,6 +710,7 @@ int run_launch(const LaunchPlan& plan, OrphanSentinel* sentinel, const DetachedR
           : find_taken_over_job(endpoint_list(plan), plan.job_id, plan.token, tls, std::chrono::milliseconds(500))
                 .value_or(0);
   const std::unique_ptr<CoordinatorServer> coordinator = start_epoch > 0 ? nullptr : host_coordinator(plan, tls);
+  const std::unique_ptr<MetricsServer> metrics = serve_metrics(plan, tls, coordinator.get());
   CoordinatorClient coordinator_client(plan.nnodes == 1 ? fmt::format("127.0.0.1:{}", coordinator->port())
                                                         : format_host_port(plan.rdzv_host, plan.rdzv_port),
                                        plan.job_id, plan.token, tls);
@@ -675,6 +728,11 @@ int run_launch(const LaunchPlan& plan, OrphanSentinel* sentinel, const DetachedR
   }
   const WakeupFd wakeup;
   WorkerHealthBoard health(SystemClock::instance(), stack_answer_timeout(plan.heartbeat_interval));
+  // Each rank's CPU, memory and GPUs, sampled with every agent heartbeat;
+  // declared before the session, whose heartbeat thread calls it.
+  const std::unique_ptr<ResourceMonitor> resource_monitor = ResourceMonitor::for_this_machine();
+  health.set_resource_sampler(
+      [&monitor = *resource_monitor](const std::map<int, int>& pids) { return monitor.sample(pids); });
   AgentSettings settings = agent_settings(plan, endpoint);
   settings.hosts_coordinator = coordinator != nullptr;
   settings.epoch = start_epoch;

@@ -377,6 +377,16 @@ LaunchPlan resolve(const LaunchOptions& o, const GetEnv& getenv) {
     plan.master_port = o.master_port;
   }
 
+  // --metrics-port: a busy port refuses the launch here, before anything starts.
+  plan.metrics_port = o.metrics_port;
+  if (plan.metrics_port > 0 && plan.host_coordinator) {
+    if (plan.metrics_port == plan.master_port || (plan.nnodes > 1 && plan.metrics_port == plan.rdzv_port)) {
+      throw UsageError(fmt::format("--metrics-port {} is also the job's {}", plan.metrics_port,
+                                   plan.metrics_port == plan.master_port ? "MASTER_PORT" : "rendezvous port"));
+    }
+    ensure_port_free(coordinator_listen_host(plan), plan.metrics_port, "--metrics-port");
+  }
+
   default_job_id(plan);
   plan.token = !o.token.empty() ? o.token : getenv("DDPLAUNCH_TOKEN").value_or("");
   if (plan.token.empty()) {

@@ -82,9 +82,17 @@ struct LaunchPlan {
   std::vector<int> stop_signals;
   /// Inject the Python companion into the workers (--no-python-companion: no).
   bool python_companion = true;
+  /// --metrics-port: the coordinator's HTTP port (http/metrics_server.h); -1: none.
+  int metrics_port = -1;
   /// Why some torchrun options change nothing here, for the debug log.
   std::vector<std::string> option_notes;
 };
+
+/// Where this agent's coordinator listens: single-node jobs stay on
+/// loopback; multi-node listening is explicit (every interface).
+inline std::string coordinator_listen_host(const LaunchPlan& plan) {
+  return plan.nnodes == 1 ? "127.0.0.1" : "0.0.0.0";
+}
 
 /// Reads an environment variable; injectable for tests.
 using GetEnv = std::function<std::optional<std::string>(const char* name)>;
