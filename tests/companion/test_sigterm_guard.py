@@ -48,6 +48,12 @@ class SigtermGuardTest(CompanionTestCase):
         os.kill(rank.proc.pid, signal.SIGTERM)
         self.assertEqual(rank.proc.wait(10), -signal.SIGTERM, rank.stderr_text())
 
+    def test_a_rank_that_exits_at_the_step_boundary_before_the_guard_decided_still_says_it_kept_the_signal(self):
+        rank = self.start_target(intent="stopping")
+        rank.write("term-and-exit\n")
+        self.assertEqual(rank.proc.wait(10), 0, rank.stderr_text())
+        self.wait_stderr(rank, "rank 0 ignores a SIGTERM from outside ddplaunch")
+
     def test_a_sigterm_nobody_announced_kills_after_ddplaunch_had_time_to_say(self):
         rank = self.start_target()
         sent = time.monotonic()

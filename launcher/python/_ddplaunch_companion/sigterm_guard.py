@@ -16,9 +16,12 @@ this node) whose one word says what a SIGTERM means now:
 it would have without the companion. The decision runs on a thread woken
 through the signal wakeup fd, so it is made even while the main thread waits
 inside a collective (where Python runs no signal handler). A handler the
-script installs for SIGTERM replaces all of this, as it should.
+script installs for SIGTERM replaces all of this, as it should. A rank that
+reaches the step boundary and exits before that thread has spoken still says
+that it kept the signal, from an atexit hook.
 """
 
+import atexit
 import os
 import signal
 import socket
@@ -29,8 +32,9 @@ import time
 WAIT_S = 3.0
 POLL_S = 0.02
 
-_state = {"path": None, "rank": -1, "told": False, "wakeup": None}
-_lock = threading.Lock()
+_state = {"path": None, "rank": -1, "told": False, "wakeup": None, "received": False}
+_lock = threading.Lock()  # one decision at a time
+_say_lock = threading.Lock()  # the one "ignores a SIGTERM" line, from the deciding thread or at exit
 
 
 def _intent():
@@ -58,8 +62,26 @@ def _ours():
     return signal.getsignal(signal.SIGTERM) is _handler
 
 
+def _say_kept():
+    with _say_lock:
+        if _state["told"]:
+            return
+        _state["told"] = True
+        sys.stderr.write("ddplaunch companion: rank %d ignores a SIGTERM from outside ddplaunch: "
+                         "ddplaunch is stopping the job at a step boundary\n" % _state["rank"])
+        sys.stderr.flush()
+
+
+def _say_kept_at_exit():
+    # The rank stopped at the boundary and is exiting while the deciding
+    # thread may still be waiting for its turn: the line must not be lost.
+    if _state["received"] and _state["path"] is not None and _intent() == "stopping":
+        _say_kept()
+
+
 def decide():
     """One SIGTERM arrived: ignore it or die of it (see the module's doc)."""
+    _state["received"] = True
     with _lock:
         if not _ours():
             return
@@ -71,11 +93,7 @@ def decide():
             if word == "terminating":
                 _die()
             if word == "stopping":
-                if not _state["told"]:
-                    _state["told"] = True
-                    sys.stderr.write("ddplaunch companion: rank %d ignores a SIGTERM from outside ddplaunch: "
-                                     "ddplaunch is stopping the job at a step boundary\n" % _state["rank"])
-                    sys.stderr.flush()
+                _say_kept()
                 return
             if time.monotonic() >= deadline:
                 _die()
@@ -86,6 +104,7 @@ def _handler(signum, frame):
     # The main thread runs this when it gets back to Python. Normally the
     # wakeup thread has decided already; if the script took the wakeup fd for
     # itself (asyncio), this is where the decision happens.
+    _state["received"] = True
     wakeup = _state["wakeup"]
     try:
         current = signal.set_wakeup_fd(-1)
@@ -133,6 +152,7 @@ def install(path, rank):
     _state["path"] = path
     _state["rank"] = rank
     signal.signal(signal.SIGTERM, _handler)
+    atexit.register(_say_kept_at_exit)
     return True
 
 

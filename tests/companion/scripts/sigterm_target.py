@@ -1,7 +1,9 @@
 """A rank that waits for lines on stdin and answers each with "alive", for
 the SIGTERM guard's tests. argv[1]: "fork" (start a child that only sleeps;
 the line "reap" waits for it and prints how it ended) or "own-handler" (the
-script handles SIGTERM itself)."""
+script handles SIGTERM itself). The line "term-and-exit" sends the script a
+SIGTERM and exits 0 at once, before the guard's thread may decide (it holds
+the guard's lock, as a busy main thread would keep that thread waiting)."""
 import os
 import signal
 import sys
@@ -19,6 +21,13 @@ if mode == "fork":
             time.sleep(1)
 os.write(1, b"ready %d\n" % os.getpid())
 for line in sys.stdin:
+    if line.strip() == "term-and-exit":
+        from _ddplaunch_companion import sigterm_guard
+        sigterm_guard._lock.acquire()
+        os.kill(os.getpid(), signal.SIGTERM)
+        while not sigterm_guard._state["received"]:  # the signal may reach another thread first
+            time.sleep(0.001)
+        sys.exit(0)
     if line.strip() == "reap":
         _, status = os.waitpid(child, 0)
         print("child signal", os.WTERMSIG(status) if os.WIFSIGNALED(status) else -1, flush=True)
