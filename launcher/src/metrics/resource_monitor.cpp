@@ -2,6 +2,7 @@
 
 #include <spdlog/spdlog.h>
 
+#include <filesystem>
 #include <set>
 
 #include "metrics/nvml_gpu_reader.h"
@@ -57,7 +58,13 @@ std::map<int, RankResources> ResourceMonitor::sample(const std::map<int, int>& p
     if (open_gpus_) gpus_ = open_gpus_(no_gpus_);
     if (!gpus_) {
       if (no_gpus_.empty()) no_gpus_ = "no GPU reader";
-      spdlog::info("per-rank metrics: CPU and memory only, no GPU metrics ({})", no_gpus_);
+      // Worth a console line only where NVIDIA's driver is installed: on a
+      // CPU machine it is what everyone expects, and it would come between
+      // the ranks' first lines.
+      std::error_code ec;
+      const bool nvidia_driver = std::filesystem::exists("/dev/nvidiactl", ec);
+      spdlog::log(nvidia_driver ? spdlog::level::info : spdlog::level::debug,
+                  "per-rank metrics: CPU and memory only, no GPU metrics ({})", no_gpus_);
     }
   }
   if (!gpus_ || out.empty()) return out;
