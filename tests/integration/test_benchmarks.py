@@ -1,6 +1,7 @@
-"""The benchmarks under tests/bench still run: each one once, at its smallest
-settings, against the real binaries and its real peer (Debian's torch and
-torchrun). These check that a benchmark works, completes and reports sane,
+"""The benchmarks under tests/bench, and `ddpbench heartbeats`, still run: each
+one once, at its smallest settings, against the real binaries and its real peer
+(Debian's torch and torchrun; for heartbeats, the same load without resource
+metrics). These check that a benchmark works, completes and reports sane,
 self-consistent figures (both sides measured, ratios = peer / ours, targets
 judged from those figures, nothing left running), not how fast anything is:
 speed targets live in the benchmarks' own output."""
@@ -16,6 +17,8 @@ HERE = Path(__file__).resolve().parent
 BENCH = HERE.parent / "bench"
 PYTHON = os.environ.get("PYTHON_EXEC") or "/usr/bin/python3"
 DDPTRAIN = os.environ.get("DDPTRAIN_BIN")
+DDPBENCH = Path(os.environ.get("DDPBENCH_BIN") or HERE.parent.parent / "build" / "worker" / "ddpbench" / "ddpbench")
+DDPLAUNCH = os.environ.get("DDPLAUNCH_BIN")
 
 
 # Every process a benchmark starts inherits this variable (the launchers pass
@@ -24,14 +27,17 @@ DDPTRAIN = os.environ.get("DDPTRAIN_BIN")
 MARK_VAR = "DDP_BENCH_SMOKE_MARK"
 
 
-def run_bench(script, *args, mark, timeout=120):
+def run_marked(cmd, mark, timeout):
     env = dict(os.environ, PYTHONDONTWRITEBYTECODE="1", **{MARK_VAR: mark})
-    res = subprocess.run([PYTHON, str(BENCH / script), *map(str, args)], capture_output=True, text=True,
-                         timeout=timeout, env=env)
+    res = subprocess.run([str(c) for c in cmd], capture_output=True, text=True, timeout=timeout, env=env)
     if res.returncode != 0:
-        raise AssertionError(f"{script} exited {res.returncode}\nstdout:\n{res.stdout[-3000:]}\n"
+        raise AssertionError(f"{' '.join(map(str, cmd[:3]))} exited {res.returncode}\nstdout:\n{res.stdout[-3000:]}\n"
                              f"stderr:\n{res.stderr[-3000:]}")
     return res
+
+
+def run_bench(script, *args, mark, timeout=120):
+    return run_marked([PYTHON, BENCH / script, *args], mark, timeout)
 
 
 def json_document(res):
@@ -187,6 +193,69 @@ class BenchmarkSmokeTest(unittest.TestCase):
             self.assertEqual(doc[side]["leftover_pids"], [], side)
             self.assertGreater(doc[side]["launch_median_s"], 0, side)
             self.assertGreater(doc[side]["teardown_median_s"], 0, side)
+
+    @unittest.skipUnless(DDPBENCH.is_file(), f"needs ddpbench (set DDPBENCH_BIN; not at {DDPBENCH})")
+    def test_heartbeat_bench(self):
+        """`ddpbench heartbeats` at 64 agents x 8 ranks: both loads measured, every heartbeat
+        answered, /metrics holding each rank's series, the ratios and the verdict made from them."""
+        ddplaunch = ["--ddplaunch", DDPLAUNCH] if DDPLAUNCH else []
+        res = run_marked([DDPBENCH, "heartbeats", "--nodes", 64, "--nproc-per-node", 8, "--rate", 4, "--seconds", 2,
+                          "--rounds", 2, "--warmup", 0.5, "--scrapes", 2, *ddplaunch, "--json"], self.mark, 120)
+        doc = json_document(res)
+        self.assertEqual(doc["world_size"], 512)
+        sides = doc["sides"]
+        self.assertEqual(set(sides), {"resources", "no_resources"})
+        # Series per rank (README): 12 from heartbeats; +6 /proc figures and +8 for the one GPU.
+        for name, per_rank in (("resources", 26), ("no_resources", 12)):
+            s = sides[name]
+            self.assertEqual(s["resources_in_heartbeats"], name == "resources")
+            self.assertEqual(s["heartbeats_failed"], 0, name)
+            self.assertGreater(s["heartbeats_sent"], 0, name)
+            self.assertEqual(s["heartbeats_answered"], s["heartbeats_sent"], name)
+            # The windows count the beats due in them (64 agents at 4 Hz over about 2 s, in two windows):
+            # each was sent, or skipped while the agent's previous one was unanswered, or never sent.
+            self.assertLessEqual(s["heartbeats_sent"] + s["heartbeats_skipped"], s["heartbeats_due"] + 4, name)
+            self.assertEqual(s["rate_kept"], s["heartbeats_sent"] >= 0.95 * s["heartbeats_due"], name)
+            self.assertAlmostEqual(s["rate_hz_achieved"], s["heartbeats_sent"] / (64 * s["wall_s"]), places=6)
+            self.assertGreater(s["wall_s"], 1.5, name)
+            self.assertGreaterEqual(s["coordinator_cpu_s"], 0, name)
+            self.assertAlmostEqual(s["coordinator_cores"], s["coordinator_cpu_s"] / s["wall_s"], places=6)
+            lat = s["latency_ms"]
+            self.assertGreater(lat["p50"], 0, name)
+            self.assertLessEqual(lat["p50"], lat["p99"], name)
+            self.assertLessEqual(lat["p99"], lat["max"], name)
+            self.assertEqual(len(s["scrape_s"]), 2, name)
+            self.assertGreater(s["scrape_median_s"], 0, name)
+            self.assertLessEqual(s["scrape_median_s"], s["scrape_max_s"], name)
+            self.assertEqual(s["scrape_rank_series"], 512 * per_rank, name)
+            self.assertEqual(s["scrape_series_per_rank"], per_rank, name)
+            self.assertGreater(s["scrape_series"], s["scrape_rank_series"], name)  # and the job's own
+            self.assertGreater(s["scrape_bytes"], s["scrape_series"], name)
+        ours, peer = sides["resources"], sides["no_resources"]
+        self.assertAlmostEqual(doc["ratios"]["latency_p99"], ours["latency_ms"]["p99"] / peer["latency_ms"]["p99"],
+                               places=6)
+        self.assertAlmostEqual(doc["ratios"]["scrape_median"], ours["scrape_median_s"] / peer["scrape_median_s"],
+                               places=6)
+        if peer["coordinator_cores"] > 0:
+            self.assertAlmostEqual(doc["ratios"]["coordinator_cores"],
+                                   ours["coordinator_cores"] / peer["coordinator_cores"], places=6)
+        else:  # under a clock tick of CPU time: no ratio rather than a made-up one
+            self.assertIsNone(doc["ratios"]["coordinator_cores"])
+        met = doc["meets_target"]
+        self.assertEqual(met["coordinator_cores"], ours["coordinator_cores"] < doc["targets"]["coordinator_cores"])
+        self.assertEqual(met["latency_p99"], ours["latency_ms"]["p99"] < doc["targets"]["latency_p99_ms"])
+        self.assertEqual(met["all"], met["coordinator_cores"] and met["latency_p99"])
+
+    @unittest.skipUnless(DDPBENCH.is_file(), f"needs ddpbench (set DDPBENCH_BIN; not at {DDPBENCH})")
+    def test_heartbeat_bench_summary(self):
+        ddplaunch = ["--ddplaunch", DDPLAUNCH] if DDPLAUNCH else []
+        res = run_marked([DDPBENCH, "heartbeats", "--nodes", 8, "--nproc-per-node", 2, "--rate", 4, "--seconds", 0.5,
+                          "--rounds", 1, "--warmup", 0.25, "--scrapes", 1, *ddplaunch], self.mark, 60)
+        self.assertIn("ratio: with resources / without", res.stdout)
+        self.assertRegex(res.stdout, r"heartbeat p99\s+[0-9.]+ ms\s+[0-9.]+ ms\s+[0-9.]+")
+        self.assertRegex(res.stdout, r"/metrics series\s+[0-9]+ \(26\.0/rank\)\s+[0-9]+ \(12\.0/rank\)")
+        self.assertRegex(res.stdout.splitlines()[-1], r"^(PASS|FAIL): coordinator CPU [0-9.]+ core \(target < 0\.5\) "
+                                                       r"(met|missed); heartbeat p99 [0-9.]+ ms \(target < 10 ms\)")
 
     def test_diagnose_bench(self):
         res = self.bench("diagnose_bench.py", "--size", "4M", "--ranks", 8, "--repeat", 1)

@@ -8,13 +8,16 @@
 #ifdef DDP_HAVE_RUNTIME
 #include "allreduce_bench.h"
 #endif
+#include "heartbeat_bench.h"
 #include "rendezvous_bench.h"
 
 int main(int argc, char** argv) {
-  CLI::App app{"ddpbench: ddplaunch's rendezvous and collective benchmarks", "ddpbench"};
+  CLI::App app{"ddpbench: ddplaunch's rendezvous, heartbeat and collective benchmarks", "ddpbench"};
   app.require_subcommand(1);
   ddp::bench::RendezvousBenchOptions rendezvous;
   CLI::App* rendezvous_cmd = ddp::bench::add_rendezvous_command(app, rendezvous);
+  ddp::bench::HeartbeatBenchOptions heartbeats;
+  CLI::App* heartbeats_cmd = ddp::bench::add_heartbeat_command(app, heartbeats);
 #ifdef DDP_HAVE_RUNTIME
   ddp::bench::AllreduceBenchOptions allreduce;
   CLI::App* allreduce_cmd = ddp::bench::add_allreduce_command(app, allreduce);
@@ -28,6 +31,7 @@ int main(int argc, char** argv) {
     return 2;
   }
   if (rendezvous_cmd->parsed()) return ddp::bench::run_rendezvous_bench(rendezvous);
+  if (heartbeats_cmd->parsed()) return ddp::bench::run_heartbeat_bench(heartbeats);
 #ifdef DDP_HAVE_RUNTIME
   try {
     if (allreduce_cmd->parsed()) return ddp::bench::run_allreduce_bench(allreduce);

@@ -1,5 +1,5 @@
-// Starting, measuring and stopping the `ddplaunch serve` the rendezvous
-// benchmark runs against (see serve_process.h).
+// Starting, measuring and stopping the `ddplaunch serve` the rendezvous and
+// heartbeat benchmarks run against (see serve_process.h).
 #include "serve_process.h"
 
 #include <fcntl.h>
@@ -15,8 +15,10 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <sstream>
 #include <stdexcept>
 #include <thread>
+#include <utility>
 #include <vector>
 
 namespace ddp::bench {
@@ -65,13 +67,15 @@ std::string find_ddplaunch(const std::string& explicit_path) {
   throw std::runtime_error("ddplaunch not found beside ddpbench nor on PATH; give --ddplaunch or --coordinator");
 }
 
-std::unique_ptr<ServeProcess> ServeProcess::start(const std::string& ddplaunch, std::chrono::milliseconds timeout) {
+std::unique_ptr<ServeProcess> ServeProcess::start(const std::string& ddplaunch, std::chrono::milliseconds timeout,
+                                                  bool metrics_port) {
   int out[2];
   if (::pipe2(out, O_CLOEXEC) != 0) throw std::runtime_error(fmt::format("pipe: {}", std::strerror(errno)));
   // The node timeout is raised so that finished benchmark jobs, which send no
   // agent heartbeats, do not turn into "lost node" work during later repeats.
   std::vector<std::string> args = {ddplaunch, "serve", "--host", "127.0.0.1", "--port", "0",
                                    "--log-level", "warn", "--node-timeout", "86400"};
+  if (metrics_port) args.insert(args.end(), {"--metrics-port", "0"});
   std::vector<char*> argv;
   for (auto& a : args) argv.push_back(a.data());
   argv.push_back(nullptr);
@@ -95,11 +99,12 @@ std::unique_ptr<ServeProcess> ServeProcess::start(const std::string& ddplaunch, 
     const auto newline = text.find('\n');
     if (newline != std::string::npos) {
       const std::string line = text.substr(0, newline);
-      const std::string prefix = "listening on ";
-      if (line.rfind(prefix, 0) == 0) {
-        proc->endpoint_ = line.substr(prefix.size());
-        return proc;
+      // serve prints both lines together, the gRPC port first.
+      for (auto [prefix, value] : {std::pair<std::string, std::string*>{"listening on ", &proc->endpoint_},
+                                   std::pair<std::string, std::string*>{"metrics on ", &proc->metrics_url_}}) {
+        if (line.rfind(prefix, 0) == 0) *value = line.substr(prefix.size());
       }
+      if (!proc->endpoint_.empty() && (!metrics_port || !proc->metrics_url_.empty())) return proc;
       text.erase(0, newline + 1);
       continue;
     }
@@ -140,6 +145,29 @@ std::optional<int64_t> ServeProcess::status_field(const char* name) const {
 
 std::optional<int64_t> ServeProcess::peak_rss_bytes() const { return status_field("VmHWM"); }
 std::optional<int64_t> ServeProcess::rss_bytes() const { return status_field("VmRSS"); }
+
+std::optional<double> ServeProcess::cpu_seconds() const {
+  if (pid_ <= 0) return std::nullopt;
+  std::ifstream in(fmt::format("/proc/{}/stat", pid_));
+  std::string stat;
+  std::getline(in, stat);
+  // proc(5): "PID (COMM) STATE ..." where COMM may hold spaces or ')': the
+  // fields after the last ')' are counted from field 3 (state); utime and
+  // stime are fields 14 and 15.
+  const auto close = stat.rfind(')');
+  if (close == std::string::npos) return std::nullopt;
+  std::istringstream fields(stat.substr(close + 1));
+  std::string field;
+  unsigned long long utime = 0, stime = 0;
+  for (int i = 3; i <= 15 && fields >> field; ++i) {
+    if (i == 14) utime = std::strtoull(field.c_str(), nullptr, 10);
+    if (i == 15) {
+      stime = std::strtoull(field.c_str(), nullptr, 10);
+      return static_cast<double>(utime + stime) / static_cast<double>(::sysconf(_SC_CLK_TCK));
+    }
+  }
+  return std::nullopt;
+}
 
 bool ServeProcess::reset_peak_rss() const {
   if (pid_ <= 0) return false;
