@@ -24,6 +24,7 @@
 #include "cli/stacks_command.h"
 #include "cli/status_command.h"
 #include "cli/stop_command.h"
+#include "cli/top_command.h"
 #include "cli/usage_error.h"
 #include "detach/background_start.h"
 #include "topology/launch_plan.h"
@@ -86,6 +87,7 @@ int main(int argc, char** argv) {
   if (argc > 1 && std::string(argv[1]) == "serve") return run_serve_command(argc - 1, argv + 1);
   if (argc > 1 && std::string(argv[1]) == "status") return run_status_command(argc - 1, argv + 1);
   if (argc > 1 && std::string(argv[1]) == "stacks") return run_stacks_command(argc - 1, argv + 1);
+  if (argc > 1 && std::string(argv[1]) == "top") return run_top_command(argc - 1, argv + 1);
   if (argc > 1 && std::string(argv[1]) == "diagnose") return run_diagnose_command(argc - 1, argv + 1);
   if (argc > 1 && std::string(argv[1]) == "doctor") return run_doctor_command(argc - 1, argv + 1);
   if (argc > 1 && std::string(argv[1]) == "attach") return run_attach_command(argc - 1, argv + 1);

@@ -1,7 +1,7 @@
 """Bad input to every user-facing command, table-driven.
 
 Each row is a malformed command line or environment value for one command
-(launch, serve, status, stacks, diagnose, doctor, attach, logs, stop, list).
+(launch, serve, status, stacks, top, diagnose, doctor, attach, logs, stop, list).
 For every row ddplaunch must:
   * exit 2, quickly;
   * print exactly one line on stderr, the command's usage-error prefix
@@ -32,7 +32,7 @@ from launcher_harness import BIN, LauncherTestCase, find_marked
 PREFIX = {
     "launch": "ddplaunch: error: ",
     **{cmd: f"ddplaunch {cmd}: error: "
-       for cmd in ("serve", "status", "stacks", "diagnose", "doctor", "attach", "logs", "stop", "list")},
+       for cmd in ("serve", "status", "stacks", "top", "diagnose", "doctor", "attach", "logs", "stop", "list")},
 }
 
 # A rejected command line is answered at once: well under this.
@@ -234,6 +234,24 @@ STACKS = [
     C("stacks", "--bogus", ("--bogus",)),
 ]
 
+# A JOB that names no running job is not bad usage: `top`, like `status`,
+# exits 1 for it (test_top.py).
+TOP = [
+    C("top", "--interval=0", ("--interval",)),
+    C("top", "--interval=abc", ("--interval",)),
+    C("top", "--interval=nan", ("--interval",)),
+    C("top", "--interval=0.01", ("--interval",)),
+    C("top", "--interval=1e9", ("--interval",)),
+    C("top", "-n", "0", ("--iterations", "-n")),
+    C("top", "--iterations=-3", ("--iterations",)),
+    C("top", "-n", "1.5", ("--iterations",)),
+    C("top", "--iterations=many", ("--iterations",)),
+    C("top", "--once", "-n", "2", ("--once", "--iterations", "-n")),
+    C("top", "--bogus", ("--bogus",)),
+    C("top", "one", "two", ("two",)),
+    C("top", "--job", ("--job",)),
+]
+
 DIAGNOSE = [
     C("diagnose", "{row}", "--max-ranks=-1", ("--max-ranks",)),
     C("diagnose", "{row}", "--max-ranks=abc", ("--max-ranks",)),
@@ -365,6 +383,9 @@ class BadInputTest(LauncherTestCase):
     def test_status_and_stacks(self):
         self.run_table("status", STATUS)
         self.run_table("stacks", STACKS)
+
+    def test_top(self):
+        self.run_table("top", TOP)
 
     def test_diagnose_and_doctor(self):
         self.run_table("diagnose", DIAGNOSE)

@@ -1,4 +1,4 @@
-"""Per-rank resource metrics (issue 21): each agent samples its ranks' processes
+"""Per-rank resource metrics: each agent samples its ranks' processes
 from /proc at the heartbeat interval and the coordinator shows the samples in
 `ddplaunch status` (per rank "resources" in --json) and failure.json.
 

@@ -1,4 +1,4 @@
-"""--metrics-port scraped by a real Prometheus (issue 21), and `ddplaunch serve
+"""--metrics-port scraped by a real Prometheus, and `ddplaunch serve
 --metrics-port` over TLS.
 
 A 4-rank ddptrain job (Gloo on the CPU, every step slowed down so it runs long

@@ -1,4 +1,4 @@
-"""The live page of --metrics-port in a real browser (issue 21).
+"""The live page of --metrics-port in a real browser.
 
 While a 4-rank ddptrain job runs, headless Chromium (Debian's /usr/bin/chromium)
 loads http://127.0.0.1:PORT/ twice, a few steps apart, each time with

@@ -602,6 +602,29 @@ TEST_F(CoordinatorJobTest, FailureWithARestartLeftOpensTheNextGeneration) {
   EXPECT_EQ(outs[0]->assignment.generation, 1);
 }
 
+TEST_F(CoordinatorJobTest, StatusGivesHowLongTheRendezvousAndTheLastTeardownTook) {
+  make(2, 2, 1);
+  auto status = [&] { return nlohmann::json::parse(job().status_json()); };
+  EXPECT_FALSE(status().contains("rendezvous_s")) << "no world yet";
+  join(params(host(0)));
+  clock().advance(1500ms);
+  join(params(host(1)));
+  EXPECT_DOUBLE_EQ(status()["rendezvous_s"].get<double>(), 1.5);
+  EXPECT_FALSE(status().contains("teardown_s")) << "no generation has ended";
+
+  clock().advance(10s);
+  ASSERT_TRUE(report(0, 0, 1).ok());  // the first node's ranks ended: the teardown begins
+  clock().advance(2s);
+  ASSERT_TRUE(report(0, 1, 143, true).ok());
+  EXPECT_DOUBLE_EQ(status()["teardown_s"].get<double>(), 2.0);
+  EXPECT_FALSE(status().contains("rendezvous_s")) << "generation 1's world has not formed";
+
+  clock().advance(3s);  // the next rendezvous counts from the end of the last generation
+  form_world(1);
+  EXPECT_DOUBLE_EQ(status()["rendezvous_s"].get<double>(), 3.0);
+  EXPECT_DOUBLE_EQ(status()["teardown_s"].get<double>(), 2.0) << "the last teardown stays until the next";
+}
+
 TEST_F(CoordinatorJobTest, ARestartedGenerationDoesNotCarryThePreviousFailure) {
   make(2, 2, 1);
   form_world();

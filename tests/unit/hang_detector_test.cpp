@@ -9,6 +9,7 @@
 #include <functional>
 #include <optional>
 #include <utility>
+#include <vector>
 
 #include "ddp/common/clock.h"
 #include "health/rank_health.h"
@@ -26,8 +27,8 @@ HangConfig test_config() {
   HangConfig c;
   c.hang_timeout = seconds(3);
   c.heartbeat_interval = seconds(1);
-  c.straggler_factor = 3.0;
-  c.straggler_heartbeats = 5;
+  c.trouble.straggler_factor = 3.0;
+  c.trouble.straggler_heartbeats = 5;
   return c;
 }
 
@@ -457,12 +458,15 @@ TEST(HangDetectorTest, ResetForgetsEverything) {
 
 TEST(HangDetectorTest, StragglerIsWarnedOnce) {
   Harness h(4);
+  std::vector<TroubleWarning> warnings;
   auto step = [&](int64_t s, double slow) {
+    h.clock.advance(seconds(1));
     for (int r = 0; r < 4; ++r) {
       RankReport rep = idle_after(r, s, static_cast<uint64_t>(s), WorkerPhase::kForward);
       rep.step_seconds = r == 3 ? slow : 1.0;
       h.detector.on_report(rep);
     }
+    for (TroubleWarning& w : h.detector.take_warnings()) warnings.push_back(std::move(w));
   };
   step(1, 4.0);
   step(2, 4.0);
@@ -470,24 +474,59 @@ TEST(HangDetectorTest, StragglerIsWarnedOnce) {
   for (int64_t s = 4; s < 8; ++s) step(s, 4.0);
   // The same step again is not a new step.
   step(7, 4.0);
-  EXPECT_TRUE(h.detector.take_straggler_warnings().empty());
+  EXPECT_TRUE(warnings.empty());
   step(8, 4.0);  // the fifth consecutive slow step
-  auto warnings = h.detector.take_straggler_warnings();
   ASSERT_EQ(warnings.size(), 1u);
+  EXPECT_EQ(warnings[0].kind, TroubleKind::kStraggler);
   EXPECT_EQ(warnings[0].rank, 3);
-  EXPECT_DOUBLE_EQ(warnings[0].step_seconds, 4.0);
-  EXPECT_DOUBLE_EQ(warnings[0].median_seconds, 1.0);
-  EXPECT_THAT(warnings[0].summary, HasSubstr("rank 3 (host h3, pid 103, step 8, phase forward) is a straggler"));
+  EXPECT_DOUBLE_EQ(warnings[0].value, 4.0);
+  EXPECT_DOUBLE_EQ(warnings[0].others, 1.0);
+  EXPECT_THAT(warnings[0].summary, HasSubstr("rank 3 (host h3, pid 103) is a straggler"));
   EXPECT_THAT(warnings[0].summary, HasSubstr("4.00 s"));
+  EXPECT_THAT(warnings[0].summary, HasSubstr("its heartbeats found it in phase forward 100% of the time"));
   for (int64_t s = 9; s < 30; ++s) step(s, 4.0);
-  EXPECT_TRUE(h.detector.take_straggler_warnings().empty());
+  EXPECT_EQ(warnings.size(), 1u);
   EXPECT_FALSE(h.detector.check().has_value());  // a warning, never a verdict
+  // The health view lists it, and the rank's entry names its kind.
+  const nlohmann::json snap = h.detector.snapshot();
+  EXPECT_EQ(snap["warnings_total"], 1);
+  ASSERT_EQ(snap["warnings"].size(), 1u);
+  EXPECT_EQ(snap["warnings"][0]["kind"], "straggler");
+  EXPECT_EQ(snap["warnings"][0]["rank"], 3);
+  EXPECT_EQ(snap["ranks"][3]["warnings"], nlohmann::json::parse(R"([{"kind":"straggler"}])"));
+  EXPECT_FALSE(snap["ranks"][0].contains("warnings"));
+}
+
+// A hang report keeps the warnings given before it.
+TEST(HangDetectorTest, TheHangReportCarriesTheWarningsGivenBefore) {
+  Harness h(2);
+  RankReport full = idle_after(0, 1, 1, WorkerPhase::kForward);
+  GpuResources gpu;
+  gpu.index = 1;
+  gpu.mem_used_bytes = 79ull << 30;
+  gpu.mem_total_bytes = 80ull << 30;
+  full.resources = RankResources{};
+  full.resources->gpus = {gpu};
+  h.detector.on_report(full);
+  h.detector.on_report(idle_after(1, 1, 1, WorkerPhase::kForward));
+  const std::vector<TroubleWarning> given = h.detector.take_warnings();
+  ASSERT_EQ(given.size(), 1u);
+  EXPECT_EQ(given[0].kind, TroubleKind::kMemoryFull);
+  auto v = h.run(seconds(30), [&](Duration t) {
+    if (t == Duration::zero()) h.detector.on_report(idle_after(1, 2, 1, WorkerPhase::kForward));
+  });
+  ASSERT_TRUE(v.has_value());
+  ASSERT_TRUE(v->first.details.contains("warnings")) << v->first.details.dump(2);
+  EXPECT_EQ(v->first.details["warnings"][0]["kind"], "memory_full");
+  EXPECT_EQ(v->first.details["warnings"][0]["gpu"], 1);
+  EXPECT_EQ(v->first.details["warnings"][0]["rank"], 0);
 }
 
 // In lock-step training every rank's step lasts as long as the slowest's; the
 // busy time (the step less its waits for the others) tells the straggler.
 TEST(HangDetectorTest, StragglerIsFoundByBusyTimeWhenStepTimesAreEqual) {
   Harness h(3);
+  std::vector<TroubleWarning> warnings;
   for (int64_t s = 1; s <= 5; ++s) {
     for (int r = 0; r < 3; ++r) {
       RankReport rep = idle_after(r, s, static_cast<uint64_t>(s), WorkerPhase::kForward);
@@ -495,12 +534,13 @@ TEST(HangDetectorTest, StragglerIsFoundByBusyTimeWhenStepTimesAreEqual) {
       rep.busy_seconds = r == 1 ? 0.34 : 0.05;  // the others wait for rank 1
       h.detector.on_report(rep);
     }
+    for (TroubleWarning& w : h.detector.take_warnings()) warnings.push_back(std::move(w));
   }
-  auto warnings = h.detector.take_straggler_warnings();
   ASSERT_EQ(warnings.size(), 1u);
   EXPECT_EQ(warnings[0].rank, 1);
-  EXPECT_DOUBLE_EQ(warnings[0].step_seconds, 0.34);
-  EXPECT_DOUBLE_EQ(warnings[0].median_seconds, 0.05);
+  EXPECT_DOUBLE_EQ(warnings[0].value, 0.34);
+  EXPECT_DOUBLE_EQ(warnings[0].others, 0.05);
+  EXPECT_THAT(warnings[0].summary, HasSubstr("busy 0.34 s per step, the others 50.0 ms (median)"));
 }
 
 TEST(HangDetectorTest, SnapshotShowsEveryRank) {

@@ -243,6 +243,28 @@ TEST(JobMetrics, ARankWithoutHeartbeatsHasOnlyItsResourceSeries) {
   }
 }
 
+// Each warning given about a rank is one series of a fixed kind; the job
+// counts them.
+TEST(JobMetrics, WarningsAreOneSeriesEachAndACount) {
+  nlohmann::json status = job_status();
+  status["ranks"]["warnings_total"] = 3;
+  status["ranks"]["ranks"][1]["warnings"] = nlohmann::json::parse(
+      R"([{"kind":"straggler"},{"kind":"memory_full","gpu":2},{"kind":"made up"}])");
+  status["ranks"]["ranks"][3]["warnings"] = nlohmann::json::parse(R"([{"kind":"gpu_xid","gpu":0}])");
+  const auto s = samples(jobs_metrics_text({status}));
+  EXPECT_EQ(s.at("ddplaunch_job_warnings_total{job_id=\"job-1\"}"), "3");
+  const std::string r1 = "ddplaunch_rank_warning{job_id=\"job-1\",node=\"0\",rank=\"1\",host=\"node-0\"";
+  EXPECT_EQ(s.at(r1 + ",kind=\"straggler\"}"), "1");
+  EXPECT_EQ(s.at(r1 + ",kind=\"memory_full\",gpu=\"2\"}"), "1");
+  EXPECT_EQ(s.at("ddplaunch_rank_warning{job_id=\"job-1\",node=\"\",rank=\"3\",host=\"\",kind=\"gpu_xid\",gpu=\"0\"}"),
+            "1");
+  int warning_series = 0;
+  for (const auto& [series, value] : s) {
+    if (series.rfind("ddplaunch_rank_warning{", 0) == 0) ++warning_series;
+  }
+  EXPECT_EQ(warning_series, 3) << "a kind outside the list is left out; healthy ranks have none";
+}
+
 TEST(JobMetrics, SeveralJobsShareFamiliesAndOddDocumentsAreSkipped) {
   nlohmann::json other = job_status();
   other["job_id"] = "job \"2\"";

@@ -46,6 +46,22 @@ TEST(StatusCommand, RendersTheJobAndEveryRank) {
   EXPECT_NE(out[5].find("no heartbeats"), std::string::npos) << out[5];
 }
 
+TEST(StatusCommand, ListsTheWarningsUnderTheTable) {
+  nlohmann::json s = {{"job_id", "j5"}, {"world_size", 2}, {"nnodes", 1}};
+  s["ranks"] = {{"hang_timeout_s", 10.0}, {"ranks", {rank(0, 0.4), rank(1, 0.4)}}, {"warnings_total", 1}};
+  EXPECT_EQ(render_status(s).find("warnings"), std::string::npos) << "none given: no section";
+  s["ranks"]["warnings"] = {{{"kind", "straggler"},
+                             {"rank", 1},
+                             {"summary", "rank 1 (host node-a, pid 101) is a straggler: busy 0.31 s per step"},
+                             {"look_at", "work only rank 1 does outside the training step"},
+                             {"age_s", 12.4}}};
+  const auto out = lines(render_status(s));
+  ASSERT_EQ(out.size(), 6u) << render_status(s);
+  EXPECT_EQ(out[4], "warnings (1 given in this generation):");
+  EXPECT_EQ(out[5], "  straggler: rank 1 (host node-a, pid 101) is a straggler: busy 0.31 s per step; look at: work "
+                    "only rank 1 does outside the training step (12 s ago)");
+}
+
 TEST(StatusCommand, ShowsTheFailure) {
   const nlohmann::json s = {{"job_id", "j2"}, {"failure", "silent_rank: rank 1 sent no heartbeat for 3.0 s"}};
   const auto out = lines(render_status(s));

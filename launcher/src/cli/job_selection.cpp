@@ -101,14 +101,19 @@ int ask_running_job(const std::string& command, const std::string& job_id,
   const SelectedJob selected = select_running_job(command, job_id);
   if (!selected.job) return selected.exit_code;
   *job = *selected.job;
-  CoordinatorClient client(job->endpoint, job->job_id, job->token, TlsFiles{job->tls_cert, job->tls_key, job->tls_ca});
-  const Status s = ask(client, *reply);
-  if (!s.ok()) {
-    std::fprintf(stderr, "ddplaunch %s: error: the coordinator of job %s at %s: %s\n", command.c_str(),
-                 job->job_id.c_str(), job->endpoint.c_str(), s.message().c_str());
-    return 1;
-  }
-  return 0;
+  const Status s = ask(*coordinator_of(*job), *reply);
+  return s.ok() ? 0 : report_unreachable_coordinator(command, *job, s);
+}
+
+std::unique_ptr<CoordinatorClient> coordinator_of(const JobRecord& job) {
+  return std::make_unique<CoordinatorClient>(job.endpoint, job.job_id, job.token,
+                                             TlsFiles{job.tls_cert, job.tls_key, job.tls_ca});
+}
+
+int report_unreachable_coordinator(const std::string& command, const JobRecord& job, const Status& s) {
+  std::fprintf(stderr, "ddplaunch %s: error: the coordinator of job %s at %s: %s\n", command.c_str(),
+               job.job_id.c_str(), job.endpoint.c_str(), s.message().c_str());
+  return 1;
 }
 
 }  // namespace ddp

@@ -11,6 +11,7 @@
 #include <CLI/CLI.hpp>
 
 #include <functional>
+#include <memory>
 #include <optional>
 #include <string>
 
@@ -52,6 +53,12 @@ void add_job_argument(CLI::App& app, std::string& job_id);
 /// Parses argv into `app`. Returns the exit code when the command ends here:
 /// 0 after printing the help, 2 after one error line.
 std::optional<int> parse_command_line(CLI::App& app, const std::string& command, int argc, const char* const* argv);
+
+/// A client of the coordinator that `job`'s record names (its token and TLS files).
+std::unique_ptr<CoordinatorClient> coordinator_of(const JobRecord& job);
+
+/// The error line of a coordinator that did not answer `s`; returns 1.
+int report_unreachable_coordinator(const std::string& command, const JobRecord& job, const Status& s);
 
 /// Selects the job (select_running_job) and asks its coordinator through
 /// `ask`. 0 with *job and *reply set, else the exit code after one error line.

@@ -49,6 +49,8 @@ std::optional<LaunchOptions> parse_launch_options(int argc, const char* const* a
   // Everything from PROGRAM on belongs to PROGRAM.
   app.prefix_command();
   app.set_version_flag("--version", "ddplaunch 0.1.0");
+  app.footer("Subcommands (each takes --help): serve, status, top, stacks, diagnose, doctor, attach, logs, stop, "
+             "list");
 
   // ---- torchrun's options (torch/distributed/run.py), in its order
   // Topology flags read no PET_* default here: detect_topology() does, so

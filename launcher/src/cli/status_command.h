@@ -16,7 +16,8 @@ namespace ddp {
 /// no job or its coordinator cannot be reached, 2 on bad usage).
 int run_status_command(int argc, const char* const* argv);
 
-/// The table `status` prints for a CoordinatorJob::status_json() document.
+/// The table `status` prints for a CoordinatorJob::status_json() document,
+/// and under it the last warnings given (stragglers, GPU trouble), if any.
 std::string render_status(const nlohmann::json& status);
 
 }  // namespace ddp

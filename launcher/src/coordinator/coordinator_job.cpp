@@ -65,7 +65,8 @@ CoordinatorJob::CoordinatorJob(std::string job_id, std::string token, JobConfig 
       rendezvous_(config.nnodes, config.nproc, config.min_nnodes, config.last_call_timeout),
       store_(ids),
       health_(hang_config(config), config.nnodes * config.nproc, clock),
-      created_at_(clock.now()) {
+      created_at_(clock.now()),
+      rendezvous_opened_at_(created_at_) {
   if (!takeover) {
     rendezvous_.open(0);
     return;
@@ -205,6 +206,8 @@ void CoordinatorJob::on_world_formed() {
   quorum_wait_.reset();
   rendezvous_.hold_newcomers(false);
   world_nnodes_ = rendezvous_.nnodes();
+  rendezvous_seconds_ = std::chrono::duration<double>(clock_.now() - rendezvous_opened_at_).count();
+  first_outcome_at_.reset();
   state_ = GenerationState::kRunning;
   outcomes_.assign(static_cast<size_t>(world_nnodes_), std::nullopt);
   last_heartbeat_.assign(static_cast<size_t>(world_nnodes_), clock_.now());
@@ -340,7 +343,8 @@ void CoordinatorJob::finish_stack_requests(SteadyTime now, Fired& fired) {
 void CoordinatorJob::check_health(SteadyTime now, Fired& fired) {
   if (!world_formed_ || state_ != GenerationState::kRunning) return;
   decide_pending_stop(now);
-  for (const StragglerWarning& w : health_.take_straggler_warnings()) spdlog::warn("straggler: {}", w.summary);
+  // Warnings only: each once, on the console; status and /metrics list them too.
+  for (const TroubleWarning& w : health_.take_warnings()) spdlog::warn("{}: {}", to_string(w.kind), w.line());
   if (!pending_hang_) {
     std::optional<HangVerdict> verdict = health_.check();
     if (!verdict) return;
@@ -383,6 +387,8 @@ std::string CoordinatorJob::status_json() const {
   j["world_size"] = rendezvous_.nnodes() * config_.nproc;
   if (rendezvous_.elastic()) j["nnodes_range"] = {rendezvous_.min_nnodes(), rendezvous_.max_nnodes()};
   j["hosts"] = rendezvous_.hosts();
+  if (world_formed_ && rendezvous_seconds_) j["rendezvous_s"] = *rendezvous_seconds_;
+  if (teardown_seconds_) j["teardown_s"] = *teardown_seconds_;
   j["ranks"] = health_.snapshot();
   if (root_cause_) j["failure"] = root_cause_->description;
   nlohmann::json membership = nlohmann::json::array();
@@ -426,6 +432,7 @@ Status CoordinatorJob::report_outcome(int64_t generation, const NodeOutcome& out
 
 void CoordinatorJob::record_outcome(const NodeOutcome& outcome, Fired& fired) {
   outcomes_[static_cast<size_t>(outcome.node_rank)] = outcome;
+  if (!first_outcome_at_) first_outcome_at_ = clock_.now();
   // A node whose ranks stopped at the agreed step (preemption) is no failure:
   // the others must reach that step too, and write their checkpoints, before
   // the job ends with it (generation_end.h).
@@ -464,6 +471,7 @@ void CoordinatorJob::conclude_if_all_reported(Fired& fired) {
 }
 
 void CoordinatorJob::end_generation(Fired& fired) {
+  if (first_outcome_at_) teardown_seconds_ = std::chrono::duration<double>(clock_.now() - *first_outcome_at_).count();
   const std::vector<std::string>& members = rendezvous_.members();
   std::vector<NodeEnd> nodes(static_cast<size_t>(world_nnodes_));
   for (size_t r = 0; r < nodes.size(); ++r) {
@@ -520,6 +528,7 @@ void CoordinatorJob::end_generation(Fired& fired) {
   }
   // The next generation starts clean: new world, empty store, new IDs.
   ++generation_;
+  rendezvous_opened_at_ = clock_.now();
   root_cause_.reset();
   membership_stop_.clear();
   state_ = GenerationState::kRunning;

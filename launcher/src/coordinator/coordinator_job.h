@@ -117,7 +117,11 @@ class CoordinatorJob {
   /// The job goes on running. Fails at once when no generation is running.
   void collect_stacks(Duration timeout, StacksCallback done);
   /// The health view for `ddplaunch status` (JSON): job, generation, state,
-  /// restarts used, elapsed, and per rank its last heartbeat.
+  /// restarts used, elapsed, and per rank its last heartbeat; once known,
+  /// "rendezvous_s" (how long the current generation's world took to form,
+  /// from the opening of its rendezvous) and "teardown_s" (how long the last
+  /// generation that ended took, from the first node's report that its ranks
+  /// ended to the last node's).
   std::string status_json() const;
   /// Adds what `provide` returns as status_json()'s `key`, e.g. the agent's
   /// checkpoint sync. `provide` is called from gRPC threads without this
@@ -274,6 +278,10 @@ class CoordinatorJob {
   std::optional<SteadyTime> next_rendezvous_report_;  // while joins wait: when to say so next
   std::string hang_report_;
   SteadyTime created_at_;
+  SteadyTime rendezvous_opened_at_;            // when the current generation's rendezvous opened
+  std::optional<SteadyTime> first_outcome_at_;  // when a node of the current world first reported its end
+  std::optional<double> rendezvous_seconds_;    // the current world's rendezvous took this long
+  std::optional<double> teardown_seconds_;      // the last generation that ended took this long to end on every node
 };
 
 }  // namespace ddp

@@ -35,27 +35,6 @@ std::string rank_word(const std::vector<int>& ranks) {
   return (ranks.size() == 1 ? "rank " : "ranks ") + format_ranks(ranks);
 }
 
-bool is_open_state(const std::string& state) { return state == "enqueued" || state == "started"; }
-
-/// The collectives a rank has open (issued, not completed), ascending. When
-/// the flight-record tail shows none although last_enqueued is above
-/// last_completed, the next one is open with its details unknown.
-std::vector<CollectiveSeen> open_collectives(const RankReport& r) {
-  std::vector<CollectiveSeen> out;
-  for (const CollectiveSeen& c : r.recent) {
-    if (c.sequence > r.last_completed && is_open_state(c.state)) out.push_back(c);
-  }
-  if (out.empty() && r.last_enqueued > r.last_completed) {
-    CollectiveSeen c;
-    c.sequence = r.last_completed + 1;
-    c.state = r.last_started > r.last_completed ? "started" : "enqueued";
-    out.push_back(c);
-  }
-  std::sort(out.begin(), out.end(),
-            [](const CollectiveSeen& a, const CollectiveSeen& b) { return a.sequence < b.sequence; });
-  return out;
-}
-
 /// "all_reduce #57 (4.0 MiB float32)".
 std::string collective_label(uint64_t sequence, const CollectiveSeen* c) {
   std::string out = fmt::format("{} #{}", c && !c->op.empty() ? c->op : "collective", sequence);
@@ -87,8 +66,15 @@ const char* to_string(HangKind kind) {
   return "unknown";
 }
 
+namespace {
+HangConfig with_phase_interval(HangConfig c) {
+  c.trouble.phase_interval = c.heartbeat_interval / 2;
+  return c;
+}
+}  // namespace
+
 HangDetector::HangDetector(HangConfig config, int world_size, const Clock& clock)
-    : config_(std::move(config)), clock_(clock) {
+    : config_(with_phase_interval(std::move(config))), clock_(clock), trouble_(config_.trouble, world_size, clock) {
   reset(world_size);
 }
 
@@ -98,7 +84,7 @@ void HangDetector::reset(int world_size) {
   first_seen_.clear();
   desync_.reset();
   verdict_.reset();
-  warnings_.clear();
+  trouble_.reset(world_size);
 }
 
 void HangDetector::on_report(const RankReport& report, Duration age) {
@@ -112,6 +98,7 @@ void HangDetector::on_report(const RankReport& report, Duration age) {
       st.resources = report.resources;
       st.resources_at = taken;
       st.history.add(taken, *report.resources);
+      trouble_.on_resources(report.rank, *report.resources, taken);
     }
   }
   if (report.resources_only) return;
@@ -122,19 +109,19 @@ void HangDetector::on_report(const RankReport& report, Duration age) {
   const bool first = !st.monitored;
   const bool progressed =
       first || report.step != st.report.step || report.last_completed != st.report.last_completed;
-  const bool new_step = report.step >= 0 && (first || report.step != st.report.step);
   st.monitored = true;
   st.report = report;
   st.report.resources.reset();  // kept apart, in st.resources
   st.received_at = received;
   if (progressed) last_progress_ = std::max(last_progress_, received);
   record_collectives(report);
-  if (new_step) update_straggler(report.rank);
+  trouble_.on_heartbeat(st.report, received);
 }
 
 void HangDetector::on_rank_exited(int rank) {
   if (rank < 0 || rank >= world_size()) return;
   ranks_[static_cast<size_t>(rank)].exited = true;
+  trouble_.on_rank_exited(rank);
 }
 
 void HangDetector::record_collectives(const RankReport& report) {
@@ -159,48 +146,8 @@ void HangDetector::record_collectives(const RankReport& report) {
   while (first_seen_.size() > kRememberedSequences) first_seen_.erase(first_seen_.begin());
 }
 
-// Busy time (the step less its waits for other ranks) where the worker
-// reports it: in lock-step training every rank's step lasts as long as the
-// slowest one's, and only the busy time tells the straggler apart.
-static double straggler_metric(const RankReport& r) { return r.busy_seconds > 0 ? r.busy_seconds : r.step_seconds; }
-
-void HangDetector::update_straggler(int rank) {
-  RankState& st = ranks_[static_cast<size_t>(rank)];
-  const double mine = straggler_metric(st.report);
-  if (mine <= 0) return;
-  std::vector<double> others;
-  for (size_t i = 0; i < ranks_.size(); ++i) {
-    const RankState& o = ranks_[i];
-    if (static_cast<int>(i) == rank || !o.monitored || o.exited || straggler_metric(o.report) <= 0) continue;
-    others.push_back(straggler_metric(o.report));
-  }
-  if (others.empty()) return;
-  std::sort(others.begin(), others.end());
-  const size_t n = others.size();
-  const double median = n % 2 == 1 ? others[n / 2] : (others[n / 2 - 1] + others[n / 2]) / 2.0;
-  if (mine > config_.straggler_factor * median) {
-    ++st.slow_reports;
-  } else {
-    st.slow_reports = 0;
-  }
-  if (st.slow_reports >= std::max(config_.straggler_heartbeats, 1) && !st.straggler_warned) {
-    st.straggler_warned = true;
-    StragglerWarning w;
-    w.rank = rank;
-    w.step_seconds = mine;
-    w.median_seconds = median;
-    w.summary = fmt::format(
-        "{} is a straggler: its last step kept it busy {:.2f} s (waits for other ranks excluded), the others {:.2f} s (median) "
-        "(above {:g}x for {} consecutive steps)",
-        describe(rank), mine, median, config_.straggler_factor, st.slow_reports);
-    warnings_.push_back(std::move(w));
-  }
-}
-
-std::vector<StragglerWarning> HangDetector::take_straggler_warnings() {
-  std::vector<StragglerWarning> out;
-  out.swap(warnings_);
-  return out;
+std::vector<TroubleWarning> HangDetector::take_warnings() {
+  return trouble_.check([this](int rank) { return who(rank); });
 }
 
 bool HangDetector::any_monitored() const {
@@ -455,6 +402,15 @@ std::string HangDetector::describe(int rank) const {
   return out + ")";
 }
 
+std::string HangDetector::who(int rank) const {
+  const RankState& st = ranks_[static_cast<size_t>(rank)];
+  if (st.monitored && !st.report.host.empty()) {
+    return fmt::format("rank {} (host {}, pid {})", rank, st.report.host, st.report.pid);
+  }
+  const int pid = st.monitored ? st.report.pid : st.resources ? st.resources->pid : 0;
+  return pid > 0 ? fmt::format("rank {} (pid {})", rank, pid) : fmt::format("rank {}", rank);
+}
+
 nlohmann::json HangDetector::rank_json(int rank, SteadyTime now) const {
   const RankState& st = ranks_[static_cast<size_t>(rank)];
   nlohmann::json j;
@@ -465,6 +421,7 @@ nlohmann::json HangDetector::rank_json(int rank, SteadyTime now) const {
     now_seen.age = now - st.resources_at;
     j["resources"] = resources_to_json(now_seen, clock_.wall_now());
   }
+  if (nlohmann::json given = trouble_.rank_json(rank); !given.empty()) j["warnings"] = std::move(given);
   if (!st.monitored) {
     j["note"] = kUnmonitoredNote;
     if (st.exited) j["exited"] = true;
@@ -533,6 +490,7 @@ nlohmann::json HangDetector::details(const HangVerdict& v, SteadyTime now) const
     notes.push_back(fmt::format("... and {} more such note(s)", more));
   }
   if (!notes.empty()) j["resource_notes"] = std::move(notes);
+  if (trouble_.given() > 0) j["warnings"] = trouble_.recent_json();
   return j;
 }
 
@@ -550,6 +508,8 @@ nlohmann::json HangDetector::snapshot() const {
   j["hang_timeout_s"] = seconds(config_.hang_timeout);
   j["seconds_since_progress"] = monitored > 0 ? nlohmann::json(seconds(now - last_progress_)) : nlohmann::json();
   j["ranks"] = std::move(ranks);
+  j["warnings"] = trouble_.recent_json();
+  j["warnings_total"] = trouble_.given();
   return j;
 }
 

@@ -12,8 +12,9 @@
 //    never entered it (the culprits);
 //  - desync: two ranks issued different op, bytes or dtype as collective k
 //    (reported at the next check(), no timeout);
-//  - straggler (a warning only): a rank whose step time stays above
-//    straggler_factor x the median of the others.
+//  - trouble warnings (warnings only, never a verdict): stragglers, a GPU
+//    used far less than the others', throttling, Xid and ECC errors, memory
+//    close to full (health/trouble_warnings.h, fed the same reports).
 // Dead processes are not its business: the coordinator sees exit statuses.
 //
 // Ranks that never sent a heartbeat are unmonitored (plain scripts without
@@ -36,6 +37,7 @@
 
 #include "ddp/common/clock.h"
 #include "health/rank_health.h"
+#include "health/trouble_warnings.h"
 #include "metrics/resource_history.h"
 
 namespace ddp {
@@ -43,8 +45,9 @@ namespace ddp {
 struct HangConfig {
   Duration hang_timeout = std::chrono::seconds(300);
   Duration heartbeat_interval = std::chrono::seconds(1);
-  double straggler_factor = 3.0;  // step time above factor x the median of the others
-  int straggler_heartbeats = 5;   // ... in this many consecutive reports with new steps
+  /// The warnings' thresholds; their phase_interval is set to half the
+  /// heartbeat interval.
+  TroubleConfig trouble;
 };
 
 enum class HangKind { kSilentRank, kStuckCollective, kDesync };
@@ -71,15 +74,9 @@ struct HangVerdict {
   ///  every rank the agents sampled has "resources" (metrics/resources_json.h)],
   ///  "resource_notes": what the samples before the verdict show, e.g. "rank 3's
   ///  GPU 0 was at 0% for the 40 s before the hang" (ResourceHistory; absent
-  ///  when nothing stands out)}
+  ///  when nothing stands out), "warnings": the warnings given before it
+  ///  (TroubleWarnings::recent_json(); absent when none)}
   nlohmann::json details;
-};
-
-struct StragglerWarning {
-  int rank = -1;
-  double step_seconds = 0;
-  double median_seconds = 0;
-  std::string summary;  // one line for the console
 };
 
 class HangDetector {
@@ -113,14 +110,18 @@ class HangDetector {
   /// The verdict check() returned in this generation, if any.
   const std::optional<HangVerdict>& last_verdict() const { return verdict_; }
 
-  /// Straggler warnings found since the last call (each rank warned at most
-  /// once per generation).
-  std::vector<StragglerWarning> take_straggler_warnings();
+  /// Evaluates the trouble warnings at clock.now() and returns those given
+  /// now (each once per rank, kind and GPU per generation). Call every
+  /// ~100 ms, as check().
+  std::vector<TroubleWarning> take_warnings();
 
   /// The health view for `ddplaunch status`: {"world_size",
   /// "monitored_ranks", "seconds_since_progress", "hang_timeout_s", "ranks":
-  /// [per rank, by rank, as in HangVerdict::details]}. "monitored" is false
-  /// for ranks that never sent a heartbeat.
+  /// [per rank, by rank, as in HangVerdict::details, plus "warnings": the
+  /// kinds given about it (TroubleWarnings::rank_json) when any],
+  /// "warnings": the last warnings given (TroubleWarnings::recent_json()),
+  /// "warnings_total": how many were given in this generation}. "monitored"
+  /// is false for ranks that never sent a heartbeat.
   nlohmann::json snapshot() const;
 
   /// The last report of every rank that sent one in this generation.
@@ -138,8 +139,6 @@ class HangDetector {
     bool exited = false;
     RankReport report;
     SteadyTime received_at{};  // when the report was made (arrival - age)
-    int slow_reports = 0;      // consecutive new-step reports above the straggler bound
-    bool straggler_warned = false;
     std::optional<RankResources> resources;  // the agent's latest sample, heartbeats or not
     SteadyTime resources_at{};               // when it was taken (arrival - its age)
     ResourceHistory history;                 // the recent samples, for the reports' notes
@@ -168,8 +167,9 @@ class HangDetector {
   std::optional<HangVerdict> silent_verdict(SteadyTime now) const;
   std::optional<HangVerdict> stuck_verdict(SteadyTime now) const;
   void record_collectives(const RankReport& report);
-  void update_straggler(int rank);
   std::string describe(int rank) const;
+  /// "rank 3 (host h3, pid 103)": how a warning names a rank.
+  std::string who(int rank) const;
   nlohmann::json rank_json(int rank, SteadyTime now) const;
   nlohmann::json details(const HangVerdict& verdict, SteadyTime now) const;
 
@@ -180,7 +180,7 @@ class HangDetector {
   std::map<uint64_t, Signature> first_seen_;  // sequence -> first report, bounded
   std::optional<Desync> desync_;
   std::optional<HangVerdict> verdict_;
-  std::vector<StragglerWarning> warnings_;
+  TroubleWarnings trouble_;
 };
 
 }  // namespace ddp

@@ -1,5 +1,7 @@
 #include "health/rank_health.h"
 
+#include <algorithm>
+
 namespace ddp {
 
 const char* to_string(WorkerPhase phase) {
@@ -14,6 +16,30 @@ const char* to_string(WorkerPhase phase) {
     case WorkerPhase::kOther: return "other";
   }
   return "unknown";
+}
+
+namespace {
+bool is_open_state(const std::string& state) { return state == "enqueued" || state == "started"; }
+}  // namespace
+
+std::vector<CollectiveSeen> open_collectives(const RankReport& r) {
+  std::vector<CollectiveSeen> out;
+  for (const CollectiveSeen& c : r.recent) {
+    if (c.sequence > r.last_completed && is_open_state(c.state)) out.push_back(c);
+  }
+  if (out.empty() && r.last_enqueued > r.last_completed) {
+    CollectiveSeen c;
+    c.sequence = r.last_completed + 1;
+    c.state = r.last_started > r.last_completed ? "started" : "enqueued";
+    out.push_back(c);
+  }
+  std::sort(out.begin(), out.end(),
+            [](const CollectiveSeen& a, const CollectiveSeen& b) { return a.sequence < b.sequence; });
+  return out;
+}
+
+WorkerPhase activity_of(const RankReport& r) {
+  return r.phase == WorkerPhase::kCollective || !open_collectives(r).empty() ? WorkerPhase::kCollective : r.phase;
 }
 
 }  // namespace ddp

@@ -59,4 +59,13 @@ struct RankReport {
   bool resources_only = false;
 };
 
+/// The collectives a rank has open (issued, not completed), ascending. When
+/// the flight-record tail shows none although last_enqueued is above
+/// last_completed, the next one is open with its details unknown.
+std::vector<CollectiveSeen> open_collectives(const RankReport& r);
+
+/// Where the heartbeat found the rank: kCollective when it had a collective
+/// open (it waits for its peers or the network), else its phase.
+WorkerPhase activity_of(const RankReport& r);
+
 }  // namespace ddp

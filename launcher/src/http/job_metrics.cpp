@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "health/trouble_warnings.h"
+
 namespace ddp {
 namespace {
 
@@ -31,6 +33,9 @@ void declare_all(PrometheusText& out) {
               "How long the last rendezvous took, when the coordinator reports it.");
   out.declare("ddplaunch_job_teardown_seconds", T::kGauge,
               "How long the last teardown took, when the coordinator reports it.");
+  out.declare("ddplaunch_job_warnings_total", T::kCounter,
+              "Warnings given in the current generation (stragglers, idle or throttled GPUs, Xid and ECC errors, "
+              "memory close to full); /status.json lists them.");
   out.declare("ddplaunch_rank_step", T::kGauge,
               "The rank's training step (rises while it trains; starts again after a restart).");
   out.declare("ddplaunch_rank_step_seconds", T::kGauge, "Duration of the rank's last finished step.");
@@ -56,6 +61,16 @@ void declare_all(PrometheusText& out) {
               "Critical Xid errors of a GPU the rank uses, since its agent started watching.");
   out.declare("ddplaunch_rank_gpu_ecc_errors_total", T::kCounter,
               "Volatile uncorrected ECC errors of a GPU the rank uses.");
+  out.declare("ddplaunch_rank_warning", T::kGauge,
+              "1 for each warning given about the rank in this generation (kind: straggler, gpu_underused, "
+              "gpu_throttled, gpu_xid, gpu_ecc, memory_full; gpu: the GPU's index for the GPU kinds).");
+}
+
+bool is_warning_kind(const std::string& kind) {
+  for (int k = 0; k < kTroubleKinds; ++k) {
+    if (kind == to_string(static_cast<TroubleKind>(k))) return true;
+  }
+  return false;
 }
 
 bool has_number(const nlohmann::json& j, const char* key) {
@@ -107,10 +122,25 @@ void add_resources(PrometheusText& out, const MetricLabels& labels, const nlohma
   }
 }
 
+// The rank's "warnings" (TroubleWarnings::rank_json): one series each, of
+// a fixed kind, so at most one per kind (per GPU) and rank.
+void add_warnings(PrometheusText& out, const MetricLabels& labels, const nlohmann::json& r) {
+  if (!r.contains("warnings") || !r["warnings"].is_array()) return;
+  for (const nlohmann::json& w : r["warnings"]) {
+    const std::string kind = text_of(w, "kind");
+    if (!is_warning_kind(kind)) continue;
+    MetricLabels with_kind = labels;
+    with_kind.emplace_back("kind", kind);
+    if (w.contains("gpu")) with_kind.emplace_back("gpu", text_of(w, "gpu"));
+    out.add("ddplaunch_rank_warning", with_kind, 1);
+  }
+}
+
 void add_rank(PrometheusText& out, const std::string& job_id, const nlohmann::json& r) {
   if (!r.is_object()) return;
   const MetricLabels labels = {
       {"job_id", job_id}, {"node", text_of(r, "node")}, {"rank", text_of(r, "rank")}, {"host", text_of(r, "host")}};
+  add_warnings(out, labels, r);
   if (!r.value("monitored", false)) {
     // No heartbeat (a plain script): its agent still samples its process.
     // node and host are empty then (Prometheus reads them as absent).
@@ -173,6 +203,7 @@ void add_job_metrics(const nlohmann::json& s, PrometheusText& out) {
   const nlohmann::json& health = s["ranks"];
   add_if_number(out, "ddplaunch_job_monitored_ranks", job, health, "monitored_ranks");
   add_if_number(out, "ddplaunch_job_seconds_since_progress", job, health, "seconds_since_progress");
+  add_if_number(out, "ddplaunch_job_warnings_total", job, health, "warnings_total");
   if (!health.contains("ranks") || !health["ranks"].is_array()) return;
   for (const nlohmann::json& r : health["ranks"]) add_rank(out, job_id, r);
 }

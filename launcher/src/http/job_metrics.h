@@ -12,7 +12,10 @@
 // utilisation, memory used and total, temperature, power, SM clock, Xid and
 // ECC errors, labelled gpu=INDEX). A figure not measured is left out. A rank
 // with no heartbeats (a plain script) has only its resource series, with
-// empty node and host labels.
+// empty node and host labels. Each warning given about a rank
+// (health/trouble_warnings.h) adds one ddplaunch_rank_warning series,
+// labelled with its kind (a fixed list of 6) and, for a GPU's, gpu=INDEX:
+// none for a healthy rank, at most a few for a troubled one.
 //
 // Threading: pure.
 

@@ -119,10 +119,15 @@ function remember(r) {
   return h;
 }
 
+// A warning of the health view's "warnings" (TroubleWarnings::recent_json):
+// kind, rank, gpu, summary, look_at, age_s.
 function warningText(w) {
   if (typeof w === "string") return w;
-  if (w && typeof w === "object") return w.message || w.summary || w.text || JSON.stringify(w);
-  return String(w);
+  if (!w || typeof w !== "object") return String(w);
+  let t = (w.kind ? w.kind + ": " : "") + (w.summary || w.message || w.text || JSON.stringify(w));
+  if (w.look_at) t += "; look at: " + w.look_at;
+  if (num(w.age_s)) t += " (" + w.age_s.toFixed(0) + " s ago)";
+  return t;
 }
 
 function render(s) {
@@ -172,7 +177,9 @@ function render(s) {
   const warnings = [].concat(Array.isArray(s.warnings) ? s.warnings : [],
                              Array.isArray(health.warnings) ? health.warnings : []);
   document.getElementById("warnings").innerHTML = warnings.length ?
-    "<ul>" + warnings.slice(-20).map(w => "<li class=\"warn\">" + esc(warningText(w)) + "</li>").join("") + "</ul>" :
+    "<ul>" + warnings.slice(-20).map(w => "<li class=\"warn\"" +
+      (w && num(w.rank) ? " data-rank=\"" + esc(w.rank) + "\" data-kind=\"" + esc(w.kind) + "\"" : "") + ">" +
+      esc(warningText(w)) + "</li>").join("") + "</ul>" :
     "<p>none</p>";
 
   const report = s.hang_report || s.last_hang_report || s.failure_report;

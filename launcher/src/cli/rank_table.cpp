@@ -1,0 +1,108 @@
+#include "cli/rank_table.h"
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include "health/rank_state.h"
+#include "output/byte_size.h"
+
+namespace ddp {
+namespace {
+
+std::string open_collective(const nlohmann::json& r) {
+  if (!r.contains("open_collectives") || r["open_collectives"].empty()) return "-";
+  const auto& c = r["open_collectives"].front();
+  return fmt::format("{} #{} ({} {}, {:.1f} s)", c.value("op", "?"), c.value("sequence", 0),
+                     format_bytes(c.value("bytes", int64_t{0})), c.value("dtype", ""), c.value("age_s", 0.0));
+}
+
+// The agent's last sample of a rank's process (metrics/resources_json.h):
+// CPU% and RSS, "-" where none was taken or its process is gone.
+std::string cpu_column(const nlohmann::json& r) {
+  if (!r.contains("resources")) return "-";
+  const auto& res = r["resources"];
+  if (res.value("process_gone", false) || !res.contains("cpu_percent")) return "-";
+  return fmt::format("{:.0f}%", res["cpu_percent"].get<double>());
+}
+
+std::string rss_column(const nlohmann::json& r) {
+  if (!r.contains("resources") || !r["resources"].contains("rss_bytes")) return "-";
+  return format_bytes(r["resources"]["rss_bytes"].get<int64_t>());
+}
+
+// A rank without heartbeats still has the pid its agent samples.
+std::string sampled_pid(const nlohmann::json& r) {
+  if (!r.contains("resources") || !r["resources"].contains("pid")) return "-";
+  return std::to_string(r["resources"]["pid"].get<int>());
+}
+
+bool has_gpus(const nlohmann::json& r) {
+  return r.contains("resources") && r["resources"].contains("gpus") && !r["resources"]["gpus"].empty();
+}
+
+// Each GPU's utilisation ("97%,12%" for a rank on two), and their memory in use of their total.
+std::string gpu_util_column(const nlohmann::json& r) {
+  if (!has_gpus(r)) return "-";
+  std::vector<std::string> parts;
+  for (const auto& g : r["resources"]["gpus"]) {
+    parts.push_back(g.contains("util_percent") ? fmt::format("{:.0f}%", g["util_percent"].get<double>()) : "?");
+  }
+  return fmt::format("{}", fmt::join(parts, ","));
+}
+
+std::string gpu_mem_column(const nlohmann::json& r) {
+  if (!has_gpus(r)) return "-";
+  int64_t used = 0;
+  int64_t total = 0;
+  for (const auto& g : r["resources"]["gpus"]) {
+    used += g.value("mem_used_bytes", int64_t{0});
+    total += g.value("mem_total_bytes", int64_t{0});
+  }
+  return total > 0 ? fmt::format("{}/{}", format_bytes(used), format_bytes(total)) : "?";
+}
+
+}  // namespace
+
+std::string job_line(const nlohmann::json& s) {
+  return fmt::format("job {}: generation {} ({}), restarts {}/{}, elapsed {:.1f} s, {} rank(s) on {} node(s)",
+                     s.value("job_id", "?"), s.value("generation", 0), s.value("state", "?"),
+                     s.value("restarts_used", 0), s.value("max_restarts", 0), s.value("elapsed_s", 0.0),
+                     s.value("world_size", 0), s.value("nnodes", 0));
+}
+
+RankTable rank_table(const nlohmann::json& s) {
+  const nlohmann::json& health = s.contains("ranks") ? s["ranks"] : nlohmann::json::object();
+  const double hang_timeout_s = health.value("hang_timeout_s", 300.0);
+  // The resource columns sit before the open collective, the free-form last
+  // column; the GPU ones only when some rank has a GPU sample.
+  bool gpus = false;
+  if (health.contains("ranks")) {
+    for (const auto& r : health["ranks"]) gpus = gpus || has_gpus(r);
+  }
+  const auto gpu_columns = [gpus](const std::string& util, const std::string& mem) {
+    return gpus ? fmt::format("{:>9}  {:>19}  ", util, mem) : std::string();
+  };
+  RankTable table;
+  table.header = fmt::format("{:>5}  {:<16} {:>8}  {:<13} {:>8}  {:<10} {:>9}  {:>10}  {:>5}  {:>10}  {}{}", "rank",
+                             "host", "pid", "state", "step", "phase", "heartbeat", "step time", "cpu", "rss",
+                             gpu_columns("gpu util", "gpu mem"), "open collective");
+  if (!health.contains("ranks")) return table;
+  for (const auto& r : health["ranks"]) {
+    const bool monitored = r.value("monitored", false);
+    RankRow row;
+    row.rank = r.value("rank", -1);
+    row.state = rank_state(r, hang_timeout_s);
+    row.text = fmt::format(
+        "{:>5}  {:<16} {:>8}  {:<13} {:>8}  {:<10} {:>9}  {:>10}  {:>5}  {:>10}  {}{}", row.rank,
+        monitored ? r.value("host", "") : "-", monitored ? std::to_string(r.value("pid", 0)) : sampled_pid(r),
+        row.state, monitored && r.value("step", int64_t{-1}) >= 0 ? std::to_string(r.value("step", int64_t{0})) : "-",
+        monitored ? r.value("phase", "") : "-",
+        monitored ? fmt::format("{:.1f} s", r.value("heartbeat_age_s", 0.0)) : "-",
+        monitored && r.value("step_seconds", 0.0) > 0 ? fmt::format("{:.1f} ms", r.value("step_seconds", 0.0) * 1e3) : "-",
+        cpu_column(r), rss_column(r), gpu_columns(gpu_util_column(r), gpu_mem_column(r)), open_collective(r));
+    table.rows.push_back(std::move(row));
+  }
+  return table;
+}
+
+}  // namespace ddp

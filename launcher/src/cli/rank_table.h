@@ -1,0 +1,36 @@
+#pragma once
+// The per-rank table of a coordinator's status document
+// (CoordinatorJob::status_json): one row per rank with host, pid, state,
+// step, phase, heartbeat age, step time, CPU%, RSS (GPU utilisation and
+// memory once some rank has a GPU sample) and open collective. `ddplaunch
+// status` prints it under its job lines; `ddplaunch top` refreshes it, cut to
+// the terminal's height, so the rows come one by one.
+//
+// Threading: pure.
+
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+namespace ddp {
+
+struct RankRow {
+  int rank = -1;
+  std::string state;  // rank_state(): running, in collective, late, silent, exited, no heartbeats
+  std::string text;   // the row, without a newline
+};
+
+struct RankTable {
+  std::string header;         // the column names, without a newline
+  std::vector<RankRow> rows;  // in the document's order (by rank); none when it has no ranks
+};
+
+/// The table of status["ranks"]["ranks"].
+RankTable rank_table(const nlohmann::json& status);
+
+/// "job ID: generation G (STATE), restarts U/M, elapsed E s, W rank(s) on N
+/// node(s)", without a newline: the first line of `status` and of `top`.
+std::string job_line(const nlohmann::json& status);
+
+}  // namespace ddp

@@ -1,0 +1,30 @@
+#include "health/phase_history.h"
+
+namespace ddp {
+
+int PhaseHistory::index(WorkerPhase p) {
+  const int i = static_cast<int>(p);
+  return i >= 0 && i < kActivities ? i : 0;
+}
+
+void PhaseHistory::add(WorkerPhase activity) {
+  const int i = index(activity);
+  if (size_ == kCapacity) {
+    --counts_[ring_[next_]];
+  } else {
+    ++size_;
+  }
+  ring_[next_] = static_cast<uint8_t>(i);
+  ++counts_[static_cast<size_t>(i)];
+  next_ = static_cast<uint8_t>((next_ + 1) % kCapacity);
+}
+
+WorkerPhase PhaseHistory::dominant() const {
+  int best = 0;
+  for (int i = 1; i < kActivities; ++i) {
+    if (counts_[static_cast<size_t>(i)] > counts_[static_cast<size_t>(best)]) best = i;
+  }
+  return static_cast<WorkerPhase>(best);
+}
+
+}  // namespace ddp
