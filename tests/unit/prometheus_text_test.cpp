@@ -6,6 +6,8 @@
 
 #include <gtest/gtest.h>
 
+#include "text_lines.h"
+
 #include <cmath>
 #include <limits>
 #include <map>
@@ -18,12 +20,7 @@
 namespace ddp {
 namespace {
 
-std::vector<std::string> lines(const std::string& text) {
-  std::vector<std::string> out;
-  std::istringstream in(text);
-  for (std::string l; std::getline(in, l);) out.push_back(l);
-  return out;
-}
+using ddp::testing::lines;
 
 TEST(PrometheusText, EscapesLabelValues) {
   EXPECT_EQ(escape_label_value("plain"), "plain");

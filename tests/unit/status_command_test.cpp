@@ -4,6 +4,8 @@
 
 #include <gtest/gtest.h>
 
+#include "text_lines.h"
+
 #include <sstream>
 #include <string>
 #include <vector>
@@ -11,12 +13,7 @@
 namespace ddp {
 namespace {
 
-std::vector<std::string> lines(const std::string& text) {
-  std::vector<std::string> out;
-  std::istringstream in(text);
-  for (std::string l; std::getline(in, l);) out.push_back(l);
-  return out;
-}
+using ddp::testing::lines;
 
 nlohmann::json rank(int r, double age, nlohmann::json open = nlohmann::json::array()) {
   return {{"rank", r},        {"monitored", true}, {"host", "node-a"}, {"pid", 100 + r},

@@ -5,6 +5,8 @@
 
 #include <gtest/gtest.h>
 
+#include "text_lines.h"
+
 #include <sstream>
 #include <string>
 #include <vector>
@@ -36,12 +38,7 @@ nlohmann::json job_of(int n) {
   return job(ranks);
 }
 
-std::vector<std::string> lines(const std::string& text) {
-  std::vector<std::string> out;
-  std::istringstream in(text);
-  for (std::string l; std::getline(in, l);) out.push_back(l);
-  return out;
-}
+using ddp::testing::lines;
 
 // A terminal frame's lines without their escapes; fails unless the frame
 // starts at home, clears each line's end and the screen's rest.
