@@ -6,8 +6,9 @@ A real 3-rank ddptrain job runs; `ddplaunch top` watches it:
     rank, and the steps move on; `--once` prints one frame;
   * under a pseudo-terminal: frames are drawn in place (cursor hidden, home,
     lines cleared to their end), cut to the terminal's height with a
-    "... N more rank(s)" line, and Ctrl-C (SIGINT) ends `top` with exit 0,
-    the cursor shown again, while the job keeps running;
+    "... N more rank(s)" line, and Ctrl-C (SIGINT) or the key q ends `top`
+    with exit 0, the cursor shown again and the terminal's modes restored,
+    while the job keeps running;
   * when the job ends, `top` says how on stderr and exits 0.
 Without a job, or with an unknown job id, `top` exits 1 with one line.
 
@@ -117,17 +118,18 @@ class TopTest(DdptrainJobCase):
 
     def run_on_pty(self, args, rows, columns):
         """Starts `top ARGS` with a pseudo-terminal of rows x columns as its
-        stdin, stdout and stderr; returns (process, master fd)."""
+        stdin, stdout and stderr; returns (process, master fd, the terminal's path)."""
         master, slave = os.openpty()
         fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", rows, columns, 0, 0))
         try:
             proc = subprocess.Popen([str(BIN), "top", *map(str, args)], stdin=slave, stdout=slave, stderr=slave,
                                     env=self.env(), cwd=str(self.tmp), start_new_session=True)
         finally:
+            path = os.ttyname(slave)
             os.close(slave)
         self.addCleanup(os.close, master)
         self.addCleanup(self.reap, proc)
-        return proc, master
+        return proc, master, path
 
     @staticmethod
     def reap(proc):
@@ -153,11 +155,11 @@ class TopTest(DdptrainJobCase):
             text += chunk
         return text.decode("utf-8", "replace")
 
-    def test_on_a_terminal_it_redraws_in_place_and_ctrl_c_leaves_the_job_running(self):
+    def test_on_a_terminal_it_redraws_in_place_and_ctrl_c_or_q_leave_the_job_running(self):
         launch = self.start_job()
 
         # A terminal of 5 rows: 4 lines drawn, so 1 rank and "... 2 more rank(s)".
-        small, master = self.run_on_pty(["--job", self.job_id, "-n", 1], 5, 200)
+        small, master, _ = self.run_on_pty(["--job", self.job_id, "-n", 1], 5, 200)
         shown = self.read_until(master, lambda t: "\x1b[?25h" in t, 30)
         self.assertEqual(small.wait(timeout=30), 0, shown)
         self.assertTrue(shown.startswith("\x1b[?25l"), f"the cursor is hidden first: {shown!r}")
@@ -170,7 +172,7 @@ class TopTest(DdptrainJobCase):
         self.assertIn("... 2 more rank(s)", frame)
 
         # A full-size terminal, until Ctrl-C.
-        top, master = self.run_on_pty(["--job", self.job_id, "--interval", 0.2], 24, 200)
+        top, master, _ = self.run_on_pty(["--job", self.job_id, "--interval", 0.2], 24, 200)
         seen = self.read_until(master, lambda t: t.count("\x1b[H") >= 3 and t.rstrip().endswith("\x1b[J"), 30)
         self.assertGreaterEqual(seen.count("\x1b[H"), 3, f"no frames redrawn in place: {seen!r}")
         last = seen[seen.rindex("\x1b[H"):].replace("\x1b[K", "").replace("\r", "")
@@ -180,6 +182,23 @@ class TopTest(DdptrainJobCase):
         seen += self.read_until(master, lambda t: "\x1b[?25h" in t, 5)
         self.assertEqual(rc, 0, seen[-2000:])
         self.assertTrue(seen.endswith("\x1b[?25h"), f"the cursor is not shown again at the end: {seen[-200:]!r}")
+
+        # q quits too, not echoed, and the terminal's settings come back as they were.
+        top, master, path = self.run_on_pty(["--job", self.job_id, "--interval", 0.2], 24, 200)
+        tty = os.open(path, os.O_RDWR | os.O_NOCTTY)
+        self.addCleanup(os.close, tty)
+        before_top = termios.tcgetattr(tty)
+        seen = self.read_until(master, lambda t: t.count("\x1b[H") >= 2, 30)
+        self.assertGreaterEqual(seen.count("\x1b[H"), 2, f"no frames: {seen!r}")
+        while_drawing = termios.tcgetattr(tty)
+        self.assertEqual(while_drawing[3] & (termios.ECHO | termios.ICANON), 0, "keys are read one by one, unechoed")
+        os.write(master, b"q")
+        rc = top.wait(timeout=15)
+        seen += self.read_until(master, lambda t: "\x1b[?25h" in t, 5)
+        self.assertEqual(rc, 0, seen[-2000:])
+        self.assertTrue(seen.endswith("\x1b[?25h"), f"the cursor is not shown again after q: {seen[-200:]!r}")
+        self.assertNotIn("q", seen[seen.rindex("\x1b[J"):], "the key was echoed")
+        self.assertEqual(termios.tcgetattr(tty)[3], before_top[3], "the terminal's modes were not restored")
 
         # The job keeps running: its steps still move on.
         before = self.steps()

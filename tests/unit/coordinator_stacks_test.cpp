@@ -69,10 +69,15 @@ class CoordinatorStacksTest : public ::testing::Test {
 };
 
 TEST_F(CoordinatorStacksTest, AHangAsksEveryRankOnceAndStopsOnlyWhenAllAnswered) {
+  const nlohmann::json none = {{"silent_rank", 0}, {"stuck_collective", 0}, {"desync", 0}};
+  EXPECT_EQ(nlohmann::json::parse(job->status_json())["hang_verdicts"], none) << "every kind, counted from 0";
   EXPECT_TRUE(heartbeat().empty());
   clock.advance(6s);
   EXPECT_TRUE(heartbeat().empty());  // fresh heartbeats, no progress
   job->tick();  // the verdict: rank 2 never entered collective 8
+  job->tick();
+  EXPECT_EQ(nlohmann::json::parse(job->status_json())["hang_verdicts"]["stuck_collective"], 1)
+      << "counted once, when given";
   EXPECT_EQ(view().state, GenerationState::kRunning);
   EXPECT_EQ(heartbeat(), (std::vector<int>{0, 1, 2}));
   EXPECT_TRUE(heartbeat().empty()) << "each rank is asked once";

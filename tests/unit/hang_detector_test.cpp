@@ -578,6 +578,38 @@ TEST(HangDetectorTest, SnapshotShowsEveryRank) {
   EXPECT_EQ(s["ranks"][2]["note"], "no runtime heartbeats: supervised by process state only");
 }
 
+// CoordinatorJob copies the view under its mutex and formats it after: the
+// copy must show the ranks as they were, whatever arrives in between.
+TEST(HangDetectorTest, AViewCopiedEarlierIsFormattedAsItWasWhateverCameLater) {
+  Harness h(2);
+  RankReport r0 = waiting_in(0, 41, 57, milliseconds(500));
+  r0.resources = RankResources{};
+  r0.resources->pid = 100;
+  r0.resources->cpu_percent = 50.0;
+  h.detector.on_report(r0);
+  h.clock.advance(seconds(1));
+  const HealthView view = h.detector.view();
+  const nlohmann::json then = h.detector.snapshot();
+  EXPECT_EQ(health_view_json(view), then);
+
+  RankReport later = report(0, 42);
+  later.resources = RankResources{};
+  later.resources->pid = 100;
+  later.resources->cpu_percent = 99.0;
+  h.detector.on_report(later);
+  h.detector.on_report(report(1, 42));
+  h.detector.on_rank_exited(1);
+  h.clock.advance(seconds(5));
+  EXPECT_EQ(health_view_json(view), then);
+  EXPECT_EQ(then["ranks"][0]["step"], 41);
+  EXPECT_EQ(then["ranks"][0]["resources"]["cpu_percent"], 50.0);
+  EXPECT_EQ(then["ranks"][1]["monitored"], false);
+  const nlohmann::json now = h.detector.snapshot();
+  EXPECT_EQ(now["ranks"][0]["step"], 42);
+  EXPECT_EQ(now["ranks"][0]["resources"]["cpu_percent"], 99.0);
+  EXPECT_EQ(now["ranks"][1]["exited"], true);
+}
+
 TEST(HangDetectorTest, IgnoresReportsForUnknownRanks) {
   Harness h(2);
   h.detector.on_report(report(5, 1));

@@ -191,6 +191,7 @@ TEST(JobMetrics, JobSeries) {
   nlohmann::json status = job_status();
   status["failure"] = "stuck_collective: rank 1 never entered all_reduce #12";
   status["rendezvous_s"] = 1.5;
+  status["hang_verdicts"] = {{"silent_rank", 2}, {"stuck_collective", 1}, {"desync", 0}};
   const auto s = samples(jobs_metrics_text({status}));
   EXPECT_EQ(s.at("ddplaunch_job_generation{job_id=\"job-1\"}"), "2");
   EXPECT_EQ(s.at("ddplaunch_job_restarts_total{job_id=\"job-1\"}"), "2");
@@ -202,6 +203,9 @@ TEST(JobMetrics, JobSeries) {
   EXPECT_EQ(s.at("ddplaunch_job_failed{job_id=\"job-1\"}"), "1");
   EXPECT_EQ(s.at("ddplaunch_job_hang_verdict{job_id=\"job-1\",kind=\"stuck_collective\"}"), "1");
   EXPECT_EQ(s.at("ddplaunch_job_hang_verdict{job_id=\"job-1\",kind=\"silent_rank\"}"), "0");
+  EXPECT_EQ(s.at("ddplaunch_job_hang_verdicts_total{job_id=\"job-1\",kind=\"silent_rank\"}"), "2");
+  EXPECT_EQ(s.at("ddplaunch_job_hang_verdicts_total{job_id=\"job-1\",kind=\"stuck_collective\"}"), "1");
+  EXPECT_EQ(s.at("ddplaunch_job_hang_verdicts_total{job_id=\"job-1\",kind=\"desync\"}"), "0");
   EXPECT_EQ(s.at("ddplaunch_job_rendezvous_seconds{job_id=\"job-1\"}"), "1.5");
   EXPECT_EQ(s.count("ddplaunch_job_teardown_seconds{job_id=\"job-1\"}"), 0u) << "left out when not known";
 }

@@ -121,5 +121,43 @@ TEST(TopFrame, ShowsTheFailureUnderTheHeader) {
   EXPECT_EQ(out[1], "failure: rank 1 exited with code 3");
 }
 
+// Warnings given about 5 ranks, one each: rank 5 + i gets the i-th.
+nlohmann::json job_with_warnings(int n) {
+  nlohmann::json s = job_of(n);
+  nlohmann::json given = nlohmann::json::array();
+  for (int i = 0; i < 5; ++i) {
+    const int r = 5 + i;
+    s["ranks"]["ranks"][r]["warnings"] = {{{"kind", "straggler"}}};
+    given.push_back({{"kind", "straggler"},
+                     {"rank", r},
+                     {"summary", "rank " + std::to_string(r) + " is a straggler"},
+                     {"look_at", "its data loading"},
+                     {"age_s", 10.0 - i}});
+  }
+  s["ranks"]["warnings"] = given;
+  s["ranks"]["warnings_total"] = 5;
+  return s;
+}
+
+TEST(TopFrame, OnATerminalTheLastWarningsComeFirstAndTheRanksWarnedAboutLeadTheTable) {
+  // 12 rows: 11 lines; the job line, 4 of warnings, the column names, 5 for ranks.
+  const auto out = screen_lines(render_top_frame(job_with_warnings(20), TopScreen{true, 12, 200}));
+  ASSERT_EQ(out.size(), 11u);
+  EXPECT_EQ(out[1], "warnings (5 given in this generation, the last 3 here):");
+  EXPECT_EQ(out[2], "  straggler: rank 7 is a straggler; look at: its data loading (8 s ago)");
+  EXPECT_EQ(out[4], "  straggler: rank 9 is a straggler; look at: its data loading (6 s ago)");
+  EXPECT_NE(out[5].find("heartbeat"), std::string::npos) << out[5];
+  for (int i = 0; i < 4; ++i) EXPECT_EQ(rank_of_row(out[6 + i]), 5 + i) << out[6 + i];
+  EXPECT_EQ(out[10], "... 16 more rank(s)");
+}
+
+TEST(TopFrame, OnAPipeItListsTheWarningsAsStatusDoes) {
+  const auto out = lines(render_top_frame(job_with_warnings(10), TopScreen{}));
+  ASSERT_EQ(out.size(), 1u + 6u + 1u + 10u);
+  EXPECT_EQ(out[1], "warnings (5 given in this generation):");
+  EXPECT_EQ(out[6], "  straggler: rank 9 is a straggler; look at: its data loading (6 s ago)");
+  for (int r = 0; r < 10; ++r) EXPECT_EQ(rank_of_row(out[8 + r]), r) << "every rank in rank order";
+}
+
 }  // namespace
 }  // namespace ddp

@@ -92,6 +92,7 @@ RankTable rank_table(const nlohmann::json& s) {
     RankRow row;
     row.rank = r.value("rank", -1);
     row.state = rank_state(r, hang_timeout_s);
+    row.warned = r.contains("warnings") && !r["warnings"].empty();
     row.text = fmt::format(
         "{:>5}  {:<16} {:>8}  {:<13} {:>8}  {:<10} {:>9}  {:>10}  {:>5}  {:>10}  {}{}", row.rank,
         monitored ? r.value("host", "") : "-", monitored ? std::to_string(r.value("pid", 0)) : sampled_pid(r),
@@ -103,6 +104,22 @@ RankTable rank_table(const nlohmann::json& s) {
     table.rows.push_back(std::move(row));
   }
   return table;
+}
+
+std::vector<std::string> warning_lines(const nlohmann::json& s, size_t shown) {
+  if (!s.contains("ranks") || !s["ranks"].is_object()) return {};
+  const nlohmann::json& health = s["ranks"];
+  if (!health.contains("warnings") || !health["warnings"].is_array() || health["warnings"].empty()) return {};
+  const nlohmann::json& list = health["warnings"];
+  const uint64_t total = health.value("warnings_total", static_cast<uint64_t>(list.size()));
+  std::vector<std::string> lines{fmt::format("warnings ({} given in this generation{}):", total,
+                                             total > shown ? fmt::format(", the last {} here", shown) : std::string())};
+  for (size_t i = list.size() > shown ? list.size() - shown : 0; i < list.size(); ++i) {
+    const nlohmann::json& w = list[i];
+    lines.push_back(fmt::format("  {}: {}; look at: {} ({:.0f} s ago)", w.value("kind", "?"), w.value("summary", ""),
+                                w.value("look_at", "-"), w.value("age_s", 0.0)));
+  }
+  return lines;
 }
 
 }  // namespace ddp

@@ -2,9 +2,9 @@
 // The per-rank table of a coordinator's status document
 // (CoordinatorJob::status_json): one row per rank with host, pid, state,
 // step, phase, heartbeat age, step time, CPU%, RSS (GPU utilisation and
-// memory once some rank has a GPU sample) and open collective. `ddplaunch
-// status` prints it under its job lines; `ddplaunch top` refreshes it, cut to
-// the terminal's height, so the rows come one by one.
+// memory once some rank has a GPU sample) and open collective, and the
+// job's last warnings. `ddplaunch status` prints them under its job lines;
+// `ddplaunch top` refreshes them, cut to the terminal's height.
 //
 // Threading: pure.
 
@@ -18,7 +18,8 @@ namespace ddp {
 struct RankRow {
   int rank = -1;
   std::string state;  // rank_state(): running, in collective, late, silent, exited, no heartbeats
-  std::string text;   // the row, without a newline
+  bool warned = false;  // a trouble warning was given about it in this generation
+  std::string text;     // the row, without a newline
 };
 
 struct RankTable {
@@ -28,6 +29,12 @@ struct RankTable {
 
 /// The table of status["ranks"]["ranks"].
 RankTable rank_table(const nlohmann::json& status);
+
+/// The health view's last warnings (status["ranks"]["warnings"]), at most
+/// `shown` of them, newest last: "warnings (N given in this generation, the
+/// last K here):" then "  KIND: SUMMARY; look at: HINT (A s ago)" each,
+/// without newlines. None when no warning was given.
+std::vector<std::string> warning_lines(const nlohmann::json& status, size_t shown);
 
 /// "job ID: generation G (STATE), restarts U/M, elapsed E s, W rank(s) on N
 /// node(s)", without a newline: the first line of `status` and of `top`.

@@ -36,24 +36,6 @@ std::string render_membership(const nlohmann::json& s) {
   return out;
 }
 
-// The health view's last warnings (TroubleWarnings::recent_json), newest last.
-std::string render_warnings(const nlohmann::json& s) {
-  if (!s.contains("ranks") || !s["ranks"].is_object()) return "";
-  const nlohmann::json& health = s["ranks"];
-  if (!health.contains("warnings") || !health["warnings"].is_array() || health["warnings"].empty()) return "";
-  constexpr size_t kShown = 10;
-  const nlohmann::json& list = health["warnings"];
-  const uint64_t total = health.value("warnings_total", static_cast<uint64_t>(list.size()));
-  std::string out = fmt::format("warnings ({} given in this generation{}):\n", total,
-                                total > kShown ? fmt::format(", the last {} here", kShown) : std::string());
-  for (size_t i = list.size() > kShown ? list.size() - kShown : 0; i < list.size(); ++i) {
-    const nlohmann::json& w = list[i];
-    out += fmt::format("  {}: {}; look at: {} ({:.0f} s ago)\n", w.value("kind", "?"), w.value("summary", ""),
-                       w.value("look_at", "-"), w.value("age_s", 0.0));
-  }
-  return out;
-}
-
 }  // namespace
 
 std::string render_status(const nlohmann::json& s) {
@@ -64,7 +46,8 @@ std::string render_status(const nlohmann::json& s) {
   const RankTable table = rank_table(s);
   out += table.header + "\n";
   for (const RankRow& row : table.rows) out += row.text + "\n";
-  return out + render_warnings(s);
+  for (const std::string& line : warning_lines(s, 10)) out += line + "\n";
+  return out;
 }
 
 int run_status_command(int argc, const char* const* argv) {

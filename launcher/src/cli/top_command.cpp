@@ -3,6 +3,7 @@
 #include <CLI/CLI.hpp>
 #include <poll.h>
 #include <sys/ioctl.h>
+#include <termios.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -57,24 +58,68 @@ class TerminalDrawing {
   TerminalDrawing& operator=(const TerminalDrawing&) = delete;
 };
 
-// Waits until `until`; true when an interrupt signal came first.
-bool interrupted_before(int signals, SteadyClock::time_point until) {
+// On a terminal: stdin read key by key and not echoed, so that `q` quits as
+// in top and htop; the terminal's settings restored however `top` ends.
+// Ctrl-C still raises SIGINT (ISIG stays on). Left alone where stdin is no
+// terminal, or belongs to a background job (changing it would stop `top`
+// with SIGTTOU).
+class QuitKey {
+ public:
+  /// Reads no key unless `wanted` (stdout is a terminal: `top` draws there).
+  explicit QuitKey(bool wanted) {
+    if (!wanted || isatty(STDIN_FILENO) != 1 || tcgetattr(STDIN_FILENO, &saved_) != 0) return;
+    const pid_t foreground = tcgetpgrp(STDIN_FILENO);
+    if (foreground != -1 && foreground != getpgrp()) return;
+    termios keys = saved_;
+    keys.c_lflag &= static_cast<tcflag_t>(~(ICANON | ECHO));
+    keys.c_cc[VMIN] = 0;
+    keys.c_cc[VTIME] = 0;
+    if (tcsetattr(STDIN_FILENO, TCSANOW, &keys) == 0) fd_ = STDIN_FILENO;
+  }
+  ~QuitKey() {
+    if (fd_ >= 0) tcsetattr(STDIN_FILENO, TCSANOW, &saved_);
+  }
+  QuitKey(const QuitKey&) = delete;
+  QuitKey& operator=(const QuitKey&) = delete;
+
+  /// stdin while keys are read, else -1.
+  int fd() const { return fd_; }
+  /// Reads the keys typed; true when one was q or Q. A terminal that hung
+  /// up is read no more.
+  bool pressed(short revents) {
+    if (revents & (POLLHUP | POLLERR | POLLNVAL)) fd_ = -1;
+    char keys[64];
+    for (ssize_t n; fd_ >= 0 && (n = read(fd_, keys, sizeof keys)) > 0;) {
+      if (std::find(keys, keys + n, 'q') != keys + n || std::find(keys, keys + n, 'Q') != keys + n) return true;
+    }
+    return false;
+  }
+
+ private:
+  termios saved_{};
+  int fd_ = -1;
+};
+
+// Waits until `until`; true when an interrupt signal or the quit key came first.
+bool interrupted_before(int signals, QuitKey& quit, SteadyClock::time_point until) {
   for (;;) {
     const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(until - SteadyClock::now());
     if (left.count() <= 0) return false;
-    if (signals < 0) {
+    pollfd fds[2] = {{signals, POLLIN, 0}, {quit.fd(), POLLIN, 0}};  // poll skips a negative fd
+    if (signals < 0 && quit.fd() < 0) {
       usleep(static_cast<useconds_t>(std::min<int64_t>(left.count(), 1000) * 1000));
       continue;
     }
-    pollfd fd{signals, POLLIN, 0};
-    if (poll(&fd, 1, static_cast<int>(left.count())) > 0 && (fd.revents & POLLIN)) return true;
+    if (poll(fds, 2, static_cast<int>(left.count())) <= 0) continue;
+    if (fds[0].revents & POLLIN) return true;
+    if (fds[1].revents != 0 && quit.pressed(fds[1].revents)) return true;
   }
 }
 
 }  // namespace
 
 int run_top_command(int argc, const char* const* argv) {
-  CLI::App app{"ddplaunch top: a running job's ranks, refreshed in place (Ctrl-C quits; the job keeps running)",
+  CLI::App app{"ddplaunch top: a running job's ranks, refreshed in place (q or Ctrl-C quits; the job keeps running)",
                "ddplaunch top"};
   std::string job_id;
   double interval_s = 1.0;
@@ -96,8 +141,11 @@ int run_top_command(int argc, const char* const* argv) {
   JobRecord job = *selected.job;
   std::unique_ptr<CoordinatorClient> client = coordinator_of(job);
   const int signals = interrupt_signal_fd();
+  const bool terminal = screen_of_stdout().terminal;
   std::optional<TerminalDrawing> drawing;
-  if (screen_of_stdout().terminal) drawing.emplace();
+  if (terminal) drawing.emplace();
+  std::optional<QuitKey> quit_key;
+  quit_key.emplace(terminal);
   const auto interval = std::chrono::duration_cast<SteadyClock::duration>(std::chrono::duration<double>(interval_s));
 
   int frames = 0;
@@ -119,6 +167,7 @@ int run_top_command(int argc, const char* const* argv) {
     }
     if (const std::optional<JobRecord> end = end_of(job)) {
       drawing.reset();
+      quit_key.reset();
       report_job_end(*end, false);  // its exit code is the job's, not top's
       break;
     }
@@ -132,13 +181,15 @@ int run_top_command(int argc, const char* const* argv) {
       }
       if (SteadyClock::now() - last_answer > kUnansweredLimit) {
         drawing.reset();
+        quit_key.reset();
         if (signals >= 0) close(signals);
         return report_unreachable_coordinator("top", job, asked);
       }
     }
-    if (interrupted_before(signals, round + interval)) break;
+    if (interrupted_before(signals, *quit_key, round + interval)) break;
   }
   drawing.reset();
+  quit_key.reset();
   if (signals >= 0) close(signals);
   return 0;
 }

@@ -27,8 +27,13 @@ std::string cut_to_width(const std::string& line, int columns) {
   return line;
 }
 
+// How many of the job's last warnings a frame shows: a few on a terminal,
+// where they share the screen with the ranks; as many as `status` elsewhere.
+constexpr size_t kWarningsOnTerminal = 3;
+constexpr size_t kWarningsInText = 10;
+
 bool in_trouble(const RankRow& row) {
-  return row.state == "silent" || row.state == "late" || row.state == "exited";
+  return row.state == "silent" || row.state == "late" || row.state == "exited" || row.warned;
 }
 
 }  // namespace
@@ -39,6 +44,9 @@ std::string render_top_frame(const nlohmann::json& s, const TopScreen& screen) {
   std::vector<std::string> lines{
       fmt::format("{}, {} monitored", job_line(s), health.value("monitored_ranks", 0))};
   if (s.contains("failure")) lines.push_back(fmt::format("failure: {}", s["failure"].get<std::string>()));
+  for (std::string& line : warning_lines(s, screen.terminal ? kWarningsOnTerminal : kWarningsInText)) {
+    lines.push_back(std::move(line));
+  }
   lines.push_back(table.header);
 
   std::vector<RankRow>& rows = table.rows;

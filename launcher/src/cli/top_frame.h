@@ -26,10 +26,11 @@ struct TopScreen {
 };
 
 /// The frame: "job ...: generation ..., N of W rank(s) monitored", the
-/// failure when the job has one, the column names, then one row per rank.
-/// On a terminal, where the ranks do not all fit in rows - 1 lines (the last
-/// stays free so that the screen never scrolls), the ranks in trouble
-/// (silent, late, exited) come first, then the others in rank order, and a
+/// failure when the job has one, the last warnings given (3 on a terminal,
+/// 10 elsewhere), the column names, then one row per rank. On a terminal,
+/// where the ranks do not all fit in rows - 1 lines (the last stays free so
+/// that the screen never scrolls), the ranks in trouble (silent, late,
+/// exited, warned about) come first, then the others in rank order, and a
 /// last line says "... K more rank(s)".
 std::string render_top_frame(const nlohmann::json& status, const TopScreen& screen);
 

@@ -224,7 +224,7 @@ void CoordinatorJob::on_world_formed() {
 }
 
 Status CoordinatorJob::heartbeat(int node_rank, int64_t generation, int64_t& current,
-                                 const std::vector<ForwardedReport>& workers, std::vector<int>* dump_ranks,
+                                 std::vector<ForwardedReport> workers, std::vector<int>* dump_ranks,
                                  std::vector<RankStacks> stacks, std::optional<JobStop>* stop) {
   if (node_rank < 0 || node_rank >= config_.nnodes) {
     return {StatusCode::kInvalidArgument, fmt::format("node rank {} outside 0..{}", node_rank, config_.nnodes - 1)};
@@ -238,10 +238,12 @@ Status CoordinatorJob::heartbeat(int node_rank, int64_t generation, int64_t& cur
   const auto n = static_cast<size_t>(node_rank);
   heartbeat_gap_[n] = std::max(heartbeat_gap_[n], clock_.now() - last_heartbeat_[n]);
   last_heartbeat_[n] = clock_.now();
-  for (const ForwardedReport& w : workers) {
-    if (w.report.rank < 0 || w.report.rank >= rendezvous_.nnodes() * rendezvous_.nproc()) continue;
-    health_.on_report(w.report, w.held);
-    if (w.report.exiting) health_.on_rank_exited(w.report.rank);
+  for (ForwardedReport& w : workers) {
+    const int rank = w.report.rank;
+    if (rank < 0 || rank >= rendezvous_.nnodes() * rendezvous_.nproc()) continue;
+    const bool exiting = w.report.exiting;
+    health_.on_report(std::move(w.report), w.held);  // kept as it is, not copied
+    if (exiting) health_.on_rank_exited(rank);
   }
   decide_pending_stop(clock_.now());
   if (stop) *stop = job_stop_;
@@ -348,6 +350,7 @@ void CoordinatorJob::check_health(SteadyTime now, Fired& fired) {
   if (!pending_hang_) {
     std::optional<HangVerdict> verdict = health_.check();
     if (!verdict) return;
+    ++hang_verdicts_[to_string(verdict->kind)];
     // Report first, then ask every rank for its stacks before anything is stopped.
     spdlog::error("{} detected: {}", to_string(verdict->kind), verdict->summary);
     spdlog::info("asking every rank for its stacks before stopping the job");
@@ -389,7 +392,13 @@ std::string CoordinatorJob::status_json() const {
   j["hosts"] = rendezvous_.hosts();
   if (world_formed_ && rendezvous_seconds_) j["rendezvous_s"] = *rendezvous_seconds_;
   if (teardown_seconds_) j["teardown_s"] = *teardown_seconds_;
-  j["ranks"] = health_.snapshot();
+  for (HangKind kind : {HangKind::kSilentRank, HangKind::kStuckCollective, HangKind::kDesync}) {
+    const auto given = hang_verdicts_.find(to_string(kind));
+    j["hang_verdicts"][to_string(kind)] = given == hang_verdicts_.end() ? 0 : given->second;
+  }
+  // Copied now, formatted after the unlock: at 16,384 ranks the formatting
+  // would hold up heartbeats behind every scrape (health_view.h).
+  const HealthView health = health_.view();
   if (root_cause_) j["failure"] = root_cause_->description;
   nlohmann::json membership = nlohmann::json::array();
   for (size_t r = 0; r < rendezvous_.hosts().size(); ++r) {
@@ -408,6 +417,7 @@ std::string CoordinatorJob::status_json() const {
     j["stop_requested"] = {{"reason", pending_stop_->stop.reason}, {"step_not_chosen_yet", true}};
   }
   lock.unlock();
+  j["ranks"] = health_view_json(health);
   std::lock_guard<std::mutex> sections_lock(sections_mutex_);
   for (const auto& [key, provide] : status_sections_) j[key] = provide();
   return j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);

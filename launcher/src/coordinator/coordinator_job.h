@@ -103,7 +103,7 @@ class CoordinatorJob {
   /// stop: the job-wide stop at a step boundary, once one was requested in
   /// this generation (request_stop).
   Status heartbeat(int node_rank, int64_t generation, int64_t& current,
-                   const std::vector<ForwardedReport>& workers = {}, std::vector<int>* dump_ranks = nullptr,
+                   std::vector<ForwardedReport> workers = {}, std::vector<int>* dump_ranks = nullptr,
                    std::vector<RankStacks> stacks = {}, std::optional<JobStop>* stop = nullptr);
   /// Preemption: node_rank's agent was asked to stop. Every rank of the job
   /// is to stop after one step, chosen from the ranks' latest reports; every
@@ -121,7 +121,8 @@ class CoordinatorJob {
   /// "rendezvous_s" (how long the current generation's world took to form,
   /// from the opening of its rendezvous) and "teardown_s" (how long the last
   /// generation that ended took, from the first node's report that its ranks
-  /// ended to the last node's).
+  /// ended to the last node's); "hang_verdicts": {kind: how many verdicts of
+  /// that kind every generation so far gave}, every kind listed.
   std::string status_json() const;
   /// Adds what `provide` returns as status_json()'s `key`, e.g. the agent's
   /// checkpoint sync. `provide` is called from gRPC threads without this
@@ -282,6 +283,7 @@ class CoordinatorJob {
   std::optional<SteadyTime> first_outcome_at_;  // when a node of the current world first reported its end
   std::optional<double> rendezvous_seconds_;    // the current world's rendezvous took this long
   std::optional<double> teardown_seconds_;      // the last generation that ended took this long to end on every node
+  std::map<std::string, uint64_t> hang_verdicts_;  // by HangKind's name, over every generation
 };
 
 }  // namespace ddp

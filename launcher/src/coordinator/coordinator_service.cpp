@@ -128,14 +128,15 @@ CoordinatorService::Reactor* CoordinatorService::AgentHeartbeat(Ctx* ctx, const 
   if (auto job = job_for(ctx, reactor, req->auth(), "AgentHeartbeat")) {
     int64_t current = 0;
     // Heartbeats, and each rank's resource sample (resources_only for a rank without heartbeats).
-    const std::vector<ForwardedReport> workers = forwarded_reports(*req);
+    std::vector<ForwardedReport> workers = forwarded_reports(*req);
     std::vector<RankStacks> stacks;
     stacks.reserve(static_cast<size_t>(req->stacks_size()));
     for (const auto& s : req->stacks()) stacks.push_back(from_proto(s));
     std::vector<int> dump;
     std::optional<JobStop> stop;
     const Status s =
-        job->heartbeat(req->node_rank(), req->generation(), current, workers, &dump, std::move(stacks), &stop);
+        job->heartbeat(req->node_rank(), req->generation(), current, std::move(workers), &dump, std::move(stacks),
+                       &stop);
     reply->set_generation(current);
     if (stop) to_proto(*stop, *reply->mutable_stop());
     for (int r : dump) reply->add_dump_stack_ranks(r);

@@ -6,6 +6,7 @@
 //
 // Threading: gRPC calls it on its own threads; the Coordinator is thread-safe.
 
+#include "coordinator/arena_messages.h"
 #include "coordinator/coordinator.h"
 #include "ddplaunch/v1/coordinator.grpc.pb.h"
 
@@ -15,7 +16,9 @@ namespace pb = ::ddplaunch::v1;
 
 class CoordinatorService final : public pb::Coordinator::CallbackService {
  public:
-  explicit CoordinatorService(Coordinator& coordinator) : coordinator_(coordinator) {}
+  explicit CoordinatorService(Coordinator& coordinator) : coordinator_(coordinator) {
+    SetMessageAllocatorFor_AgentHeartbeat(&heartbeat_messages_);
+  }
 
   using Ctx = grpc::CallbackServerContext;
   using Reactor = grpc::ServerUnaryReactor;
@@ -43,6 +46,8 @@ class CoordinatorService final : public pb::Coordinator::CallbackService {
   void finish(Ctx* ctx, Reactor* reactor, const Status& status, const char* rpc);
 
   Coordinator& coordinator_;
+  // Heartbeats, the one call every agent makes every interval, are parsed on an arena.
+  ArenaMessages<pb::AgentHeartbeatRequest, pb::AgentHeartbeatReply> heartbeat_messages_;
 };
 
 /// The host part of a gRPC peer string ("ipv4:10.0.0.2:5000" -> "10.0.0.2").

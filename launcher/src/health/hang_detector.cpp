@@ -5,8 +5,8 @@
 
 #include <fmt/format.h>
 
+#include "health/health_view.h"
 #include "health/rank_list.h"
-#include "metrics/resources_json.h"
 #include "output/byte_size.h"
 
 namespace ddp {
@@ -17,7 +17,6 @@ namespace {
 constexpr size_t kRememberedSequences = 1024;
 // How many ranks a summary describes in full before "and N more".
 constexpr size_t kDescribedRanks = 3;
-constexpr const char* kUnmonitoredNote = "no runtime heartbeats: supervised by process state only";
 
 double seconds(Duration d) { return std::chrono::duration<double>(d).count(); }
 
@@ -87,7 +86,7 @@ void HangDetector::reset(int world_size) {
   trouble_.reset(world_size);
 }
 
-void HangDetector::on_report(const RankReport& report, Duration age) {
+void HangDetector::on_report(RankReport report, Duration age) {
   if (report.rank < 0 || report.rank >= world_size()) return;
   RankState& st = ranks_[static_cast<size_t>(report.rank)];
   if (report.resources) {
@@ -95,11 +94,12 @@ void HangDetector::on_report(const RankReport& report, Duration age) {
     // not), and the last one of an exited rank is worth keeping.
     const SteadyTime taken = clock_.now() - std::max(report.resources->age, Duration::zero());
     if (!st.resources || taken >= st.resources_at) {
-      st.resources = report.resources;
+      st.resources = std::make_shared<const RankResources>(std::move(*report.resources));
       st.resources_at = taken;
-      st.history.add(taken, *report.resources);
-      trouble_.on_resources(report.rank, *report.resources, taken);
+      st.history.add(taken, *st.resources);
+      trouble_.on_resources(report.rank, *st.resources, taken);
     }
+    report.resources.reset();  // kept apart, in st.resources
   }
   if (report.resources_only) return;
   if (st.exited) return;
@@ -108,14 +108,13 @@ void HangDetector::on_report(const RankReport& report, Duration age) {
 
   const bool first = !st.monitored;
   const bool progressed =
-      first || report.step != st.report.step || report.last_completed != st.report.last_completed;
+      first || report.step != st.report->step || report.last_completed != st.report->last_completed;
   st.monitored = true;
-  st.report = report;
-  st.report.resources.reset();  // kept apart, in st.resources
+  st.report = std::make_shared<const RankReport>(std::move(report));
   st.received_at = received;
   if (progressed) last_progress_ = std::max(last_progress_, received);
-  record_collectives(report);
-  trouble_.on_heartbeat(st.report, received);
+  record_collectives(*st.report);
+  trouble_.on_heartbeat(*st.report, received);
 }
 
 void HangDetector::on_rank_exited(int rank) {
@@ -157,7 +156,7 @@ bool HangDetector::any_monitored() const {
 std::vector<RankReport> HangDetector::latest_reports() const {
   std::vector<RankReport> reports;
   for (const RankState& s : ranks_) {
-    if (s.monitored) reports.push_back(s.report);
+    if (s.monitored) reports.push_back(*s.report);
   }
   return reports;
 }
@@ -181,7 +180,7 @@ HangDetector::OpenCollective HangDetector::find_open(const std::vector<int>& can
                                                      SteadyTime now) const {
   OpenCollective out;
   for (int r : candidates) {
-    const std::vector<CollectiveSeen> open = open_collectives(ranks_[static_cast<size_t>(r)].report);
+    const std::vector<CollectiveSeen> open = open_collectives(*ranks_[static_cast<size_t>(r)].report);
     if (!open.empty() && (out.sequence == 0 || open.front().sequence < out.sequence)) {
       out.sequence = open.front().sequence;
     }
@@ -189,7 +188,7 @@ HangDetector::OpenCollective HangDetector::find_open(const std::vector<int>& can
   if (out.sequence == 0) return out;
   for (int r : candidates) {
     const RankState& st = ranks_[static_cast<size_t>(r)];
-    for (const CollectiveSeen& c : open_collectives(st.report)) {
+    for (const CollectiveSeen& c : open_collectives(*st.report)) {
       if (c.sequence != out.sequence) continue;
       out.waiting.push_back(r);
       out.waited = std::max(out.waited, c.age + (now - st.received_at));
@@ -224,7 +223,7 @@ std::optional<HangVerdict> HangDetector::desync_verdict() const {
   for (const Signature& s : desync_->seen) add(s.rank, s.op, s.bytes, s.dtype);
   for (size_t i = 0; i < ranks_.size(); ++i) {
     if (!ranks_[i].monitored) continue;
-    for (const CollectiveSeen& c : ranks_[i].report.recent) {
+    for (const CollectiveSeen& c : ranks_[i].report->recent) {
       if (c.sequence == k) add(static_cast<int>(i), c.op, c.bytes, c.dtype);
     }
   }
@@ -245,7 +244,7 @@ std::optional<HangVerdict> HangDetector::desync_verdict() const {
   std::sort(v.culprits.begin(), v.culprits.end());
   for (size_t i = 0; i < ranks_.size(); ++i) {
     if (!ranks_[i].monitored) continue;
-    for (const CollectiveSeen& c : open_collectives(ranks_[i].report)) {
+    for (const CollectiveSeen& c : open_collectives(*ranks_[i].report)) {
       if (c.sequence == k) v.waiting.push_back(static_cast<int>(i));
     }
   }
@@ -263,8 +262,9 @@ std::optional<HangVerdict> HangDetector::desync_verdict() const {
 }
 
 std::optional<HangVerdict> HangDetector::silent_verdict(SteadyTime now) const {
+  // Called ten times a second: the usual answer (no rank silent) costs one
+  // pass and no allocation.
   std::vector<int> silent;
-  std::vector<int> others;
   Duration longest{};
   for (size_t i = 0; i < ranks_.size(); ++i) {
     const RankState& st = ranks_[i];
@@ -273,11 +273,14 @@ std::optional<HangVerdict> HangDetector::silent_verdict(SteadyTime now) const {
     if (quiet > config_.hang_timeout) {
       silent.push_back(static_cast<int>(i));
       longest = std::max(longest, quiet);
-    } else {
-      others.push_back(static_cast<int>(i));
     }
   }
   if (silent.empty()) return std::nullopt;
+  std::vector<int> others;
+  for (size_t i = 0; i < ranks_.size(); ++i) {
+    const RankState& st = ranks_[i];
+    if (st.monitored && !st.exited && now - st.received_at <= config_.hang_timeout) others.push_back(static_cast<int>(i));
+  }
 
   HangVerdict v;
   v.kind = HangKind::kSilentRank;
@@ -309,10 +312,18 @@ std::optional<HangVerdict> HangDetector::silent_verdict(SteadyTime now) const {
 }
 
 std::optional<HangVerdict> HangDetector::stuck_verdict(SteadyTime now) const {
+  // Called ten times a second: while some rank makes progress, nothing to look at.
+  const Duration idle = now - last_progress_;
+  if (idle <= config_.hang_timeout) return std::nullopt;
+  const auto reports_progress = [](const RankState& st) {
+    return st.monitored && !st.exited &&
+           (st.report->step >= 0 || st.report->last_enqueued > 0 || !st.report->recent.empty());
+  };
+  // Programs that report neither steps nor collectives are never called stuck.
+  if (std::none_of(ranks_.begin(), ranks_.end(), reports_progress)) return std::nullopt;
   std::vector<int> active;       // monitored, still running
   std::vector<int> monitored;    // including exited
   std::vector<int> unmonitored;
-  bool signals = false;          // does anyone report steps or collectives?
   for (size_t i = 0; i < ranks_.size(); ++i) {
     const RankState& st = ranks_[i];
     if (!st.monitored) {
@@ -322,11 +333,7 @@ std::optional<HangVerdict> HangDetector::stuck_verdict(SteadyTime now) const {
     monitored.push_back(static_cast<int>(i));
     if (st.exited) continue;
     active.push_back(static_cast<int>(i));
-    if (st.report.step >= 0 || st.report.last_enqueued > 0 || !st.report.recent.empty()) signals = true;
   }
-  if (active.empty() || !signals) return std::nullopt;
-  const Duration idle = now - last_progress_;
-  if (idle <= config_.hang_timeout) return std::nullopt;
 
   HangVerdict v;
   v.kind = HangKind::kStuckCollective;
@@ -334,7 +341,7 @@ std::optional<HangVerdict> HangDetector::stuck_verdict(SteadyTime now) const {
   if (open.sequence == 0) {
     std::string ranks;
     for (size_t i = 0; i < active.size() && i < 8; ++i) {
-      const RankReport& r = ranks_[static_cast<size_t>(active[i])].report;
+      const RankReport& r = *ranks_[static_cast<size_t>(active[i])].report;
       ranks += fmt::format("{}rank {} step {} phase {}", i ? ", " : "", r.rank, r.step, to_string(r.phase));
     }
     if (active.size() > 8) ranks += fmt::format(" and {} more", active.size() - 8);
@@ -349,7 +356,7 @@ std::optional<HangVerdict> HangDetector::stuck_verdict(SteadyTime now) const {
   if (open.info) v.op = open.info->op;
   for (int r : monitored) {
     const RankState& st = ranks_[static_cast<size_t>(r)];
-    if (st.report.last_enqueued < k &&
+    if (st.report->last_enqueued < k &&
         std::find(v.waiting.begin(), v.waiting.end(), r) == v.waiting.end()) {
       v.culprits.push_back(r);
     }
@@ -390,7 +397,7 @@ std::optional<HangVerdict> HangDetector::stuck_verdict(SteadyTime now) const {
 std::string HangDetector::describe(int rank) const {
   const RankState& st = ranks_[static_cast<size_t>(rank)];
   if (!st.monitored) return fmt::format("rank {} (no heartbeats)", rank);
-  const RankReport& r = st.report;
+  const RankReport& r = *st.report;
   std::vector<std::string> parts;
   if (!r.host.empty()) parts.push_back("host " + r.host);
   if (r.pid > 0) parts.push_back(fmt::format("pid {}", r.pid));
@@ -404,54 +411,29 @@ std::string HangDetector::describe(int rank) const {
 
 std::string HangDetector::who(int rank) const {
   const RankState& st = ranks_[static_cast<size_t>(rank)];
-  if (st.monitored && !st.report.host.empty()) {
-    return fmt::format("rank {} (host {}, pid {})", rank, st.report.host, st.report.pid);
+  if (st.monitored && !st.report->host.empty()) {
+    return fmt::format("rank {} (host {}, pid {})", rank, st.report->host, st.report->pid);
   }
-  const int pid = st.monitored ? st.report.pid : st.resources ? st.resources->pid : 0;
+  const int pid = st.monitored ? st.report->pid : st.resources ? st.resources->pid : 0;
   return pid > 0 ? fmt::format("rank {} (pid {})", rank, pid) : fmt::format("rank {}", rank);
 }
 
-nlohmann::json HangDetector::rank_json(int rank, SteadyTime now) const {
+RankView HangDetector::rank_view(int rank, SteadyTime now) const {
   const RankState& st = ranks_[static_cast<size_t>(rank)];
-  nlohmann::json j;
-  j["rank"] = rank;
-  j["monitored"] = st.monitored;
+  RankView v;
+  v.rank = rank;
+  v.monitored = st.monitored;
+  v.exited = st.exited;
+  if (st.monitored) {
+    v.report = st.report;
+    v.heartbeat_age = now - st.received_at;
+  }
   if (st.resources) {
-    RankResources now_seen = *st.resources;
-    now_seen.age = now - st.resources_at;
-    j["resources"] = resources_to_json(now_seen, clock_.wall_now());
+    v.resources = st.resources;
+    v.resources_age = now - st.resources_at;
   }
-  if (nlohmann::json given = trouble_.rank_json(rank); !given.empty()) j["warnings"] = std::move(given);
-  if (!st.monitored) {
-    j["note"] = kUnmonitoredNote;
-    if (st.exited) j["exited"] = true;
-    return j;
-  }
-  const RankReport& r = st.report;
-  const Duration since = now - st.received_at;
-  j["node"] = r.node_rank;
-  j["local_rank"] = r.local_rank;
-  j["host"] = r.host;
-  j["pid"] = r.pid;
-  j["step"] = r.step;
-  j["phase"] = to_string(r.phase);
-  j["step_seconds"] = r.step_seconds;
-  j["heartbeat_age_s"] = seconds(since);
-  j["last_enqueued"] = r.last_enqueued;
-  j["last_started"] = r.last_started;
-  j["last_completed"] = r.last_completed;
-  j["exited"] = st.exited;
-  nlohmann::json open = nlohmann::json::array();
-  for (const CollectiveSeen& c : open_collectives(r)) {
-    open.push_back({{"sequence", c.sequence},
-                    {"op", c.op},
-                    {"bytes", c.bytes},
-                    {"dtype", c.dtype},
-                    {"state", c.state},
-                    {"age_s", seconds(c.age + since)}});
-  }
-  j["open_collectives"] = std::move(open);
-  return j;
+  v.warnings = trouble_.given_to(rank);
+  return v;
 }
 
 nlohmann::json HangDetector::details(const HangVerdict& v, SteadyTime now) const {
@@ -466,7 +448,7 @@ nlohmann::json HangDetector::details(const HangVerdict& v, SteadyTime now) const
   j["seconds_since_progress"] = seconds(now - last_progress_);
   nlohmann::json ranks = nlohmann::json::array();
   for (int i = 0; i < world_size(); ++i) {
-    nlohmann::json r = rank_json(i, now);
+    nlohmann::json r = rank_view_json(rank_view(i, now), clock_.wall_now());
     if (ranks_[static_cast<size_t>(i)].monitored) {
       const auto has = [i](const std::vector<int>& list) {
         return std::find(list.begin(), list.end(), i) != list.end();
@@ -494,23 +476,19 @@ nlohmann::json HangDetector::details(const HangVerdict& v, SteadyTime now) const
   return j;
 }
 
-nlohmann::json HangDetector::snapshot() const {
-  const SteadyTime now = clock_.now();
-  nlohmann::json j;
-  int monitored = 0;
-  nlohmann::json ranks = nlohmann::json::array();
-  for (int i = 0; i < world_size(); ++i) {
-    if (ranks_[static_cast<size_t>(i)].monitored) ++monitored;
-    ranks.push_back(rank_json(i, now));
-  }
-  j["world_size"] = world_size();
-  j["monitored_ranks"] = monitored;
-  j["hang_timeout_s"] = seconds(config_.hang_timeout);
-  j["seconds_since_progress"] = monitored > 0 ? nlohmann::json(seconds(now - last_progress_)) : nlohmann::json();
-  j["ranks"] = std::move(ranks);
-  j["warnings"] = trouble_.recent_json();
-  j["warnings_total"] = trouble_.given();
-  return j;
+HealthView HangDetector::view() const {
+  HealthView v;
+  v.now = clock_.now();
+  v.wall_now = clock_.wall_now();
+  v.hang_timeout = config_.hang_timeout;
+  if (any_monitored()) v.since_progress = v.now - last_progress_;
+  v.ranks.reserve(ranks_.size());
+  for (int i = 0; i < world_size(); ++i) v.ranks.push_back(rank_view(i, v.now));
+  v.recent = trouble_.recent();
+  v.warnings_total = trouble_.given();
+  return v;
 }
+
+nlohmann::json HangDetector::snapshot() const { return health_view_json(view()); }
 
 }  // namespace ddp

@@ -29,6 +29,7 @@
 #include <chrono>
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -36,6 +37,7 @@
 #include <nlohmann/json.hpp>
 
 #include "ddp/common/clock.h"
+#include "health/health_view.h"
 #include "health/rank_health.h"
 #include "health/trouble_warnings.h"
 #include "metrics/resource_history.h"
@@ -90,7 +92,8 @@ class HangDetector {
   /// any, is kept whenever it is newer than the one kept (exited ranks too);
   /// a resources_only report is that and nothing more: it does not make the
   /// rank monitored.
-  void on_report(const RankReport& report, Duration age = Duration::zero());
+  /// Taken by value: a caller done with its report moves it in, and it is kept as it is.
+  void on_report(RankReport report, Duration age = Duration::zero());
 
   /// The rank's process ended (whatever its status): stop expecting
   /// heartbeats from it. It is never called silent afterwards; it can still
@@ -123,6 +126,9 @@ class HangDetector {
   /// "warnings_total": how many were given in this generation}. "monitored"
   /// is false for ranks that never sent a heartbeat.
   nlohmann::json snapshot() const;
+  /// What snapshot() formats, copied: cheap enough to take under the
+  /// owner's mutex (health_view.h) and format after releasing it.
+  HealthView view() const;
 
   /// The last report of every rank that sent one in this generation.
   std::vector<RankReport> latest_reports() const;
@@ -137,9 +143,12 @@ class HangDetector {
   struct RankState {
     bool monitored = false;
     bool exited = false;
-    RankReport report;
+    // The last report, never null; shared with the HealthView copies, so
+    // replaced on each heartbeat, never changed in place.
+    std::shared_ptr<const RankReport> report = std::make_shared<const RankReport>();
     SteadyTime received_at{};  // when the report was made (arrival - age)
-    std::optional<RankResources> resources;  // the agent's latest sample, heartbeats or not
+    // The agent's latest sample, heartbeats or not; shared and replaced as `report`.
+    std::shared_ptr<const RankResources> resources;
     SteadyTime resources_at{};               // when it was taken (arrival - its age)
     ResourceHistory history;                 // the recent samples, for the reports' notes
   };
@@ -170,7 +179,7 @@ class HangDetector {
   std::string describe(int rank) const;
   /// "rank 3 (host h3, pid 103)": how a warning names a rank.
   std::string who(int rank) const;
-  nlohmann::json rank_json(int rank, SteadyTime now) const;
+  RankView rank_view(int rank, SteadyTime now) const;
   nlohmann::json details(const HangVerdict& verdict, SteadyTime now) const;
 
   HangConfig config_;

@@ -48,6 +48,7 @@ inline RankReport from_proto(const ::ddplaunch::v1::WorkerHeartbeat& hb, int nod
   r.last_started = hb.last_started();
   r.last_completed = hb.last_completed();
   r.exiting = hb.exiting();
+  r.recent.reserve(static_cast<size_t>(hb.recent_size()));
   for (const auto& c : hb.recent()) {
     r.recent.push_back(CollectiveSeen{c.sequence(), c.op(), c.bytes(), c.dtype(), c.state(),
                                       heartbeat_age(c.age_ms())});

@@ -194,7 +194,8 @@ std::vector<TroubleWarning> TroubleWarnings::check(const Describe& describe) {
 }
 
 void TroubleWarnings::check_stragglers(const Describe& describe, std::vector<TroubleWarning>& out) {
-  std::vector<double> all;
+  std::vector<double>& all = sorted_;
+  all.clear();
   for (const RankTrack& t : ranks_) {
     if (!t.exited && t.busy > 0) all.push_back(t.busy);
   }
@@ -223,7 +224,8 @@ void TroubleWarnings::check_stragglers(const Describe& describe, std::vector<Tro
 }
 
 void TroubleWarnings::check_gpu_use(const Describe& describe, std::vector<TroubleWarning>& out) {
-  std::vector<double> all;
+  std::vector<double>& all = sorted_;
+  all.clear();
   for (const RankTrack& t : ranks_) {
     if (!t.exited && t.gpu_util) all.push_back(*t.gpu_util);
   }
@@ -336,10 +338,9 @@ void TroubleWarnings::give(TroubleWarning w, std::vector<TroubleWarning>& out) {
   out.push_back(std::move(w));
 }
 
-nlohmann::json TroubleWarnings::recent_json() const {
-  const SteadyTime now = clock_.now();
+nlohmann::json warnings_json(const std::vector<TroubleWarning>& warnings, SteadyTime now) {
   nlohmann::json list = nlohmann::json::array();
-  for (const TroubleWarning& w : recent_) {
+  for (const TroubleWarning& w : warnings) {
     nlohmann::json j = {{"kind", to_string(w.kind)},
                         {"rank", w.rank},
                         {"summary", w.summary},
@@ -351,21 +352,33 @@ nlohmann::json TroubleWarnings::recent_json() const {
   return list;
 }
 
-nlohmann::json TroubleWarnings::rank_json(int rank) const {
+nlohmann::json given_json(const std::vector<GivenWarning>& given) {
   nlohmann::json list = nlohmann::json::array();
-  if (rank < 0 || rank >= static_cast<int>(ranks_.size())) return list;
+  for (const GivenWarning& g : given) {
+    nlohmann::json j = {{"kind", to_string(g.kind)}};
+    if (g.gpu >= 0) j["gpu"] = g.gpu;
+    list.push_back(std::move(j));
+  }
+  return list;
+}
+
+nlohmann::json TroubleWarnings::recent_json() const { return warnings_json(recent(), clock_.now()); }
+
+std::vector<GivenWarning> TroubleWarnings::given_to(int rank) const {
+  std::vector<GivenWarning> given;
+  if (rank < 0 || rank >= static_cast<int>(ranks_.size())) return given;
   const RankTrack& t = ranks_[static_cast<size_t>(rank)];
   for (int k = 0; k < kTroubleKinds; ++k) {
     const auto kind = static_cast<TroubleKind>(k);
-    if (!is_gpu_kind(kind) && (t.warned & bit(kind)) != 0) list.push_back({{"kind", to_string(kind)}});
+    if (!is_gpu_kind(kind) && (t.warned & bit(kind)) != 0) given.push_back({kind, -1});
   }
   for (const GpuTrack& g : t.gpus) {
     for (int k = 0; k < kTroubleKinds; ++k) {
       const auto kind = static_cast<TroubleKind>(k);
-      if (is_gpu_kind(kind) && (g.warned & bit(kind)) != 0) list.push_back({{"kind", to_string(kind)}, {"gpu", g.index}});
+      if (is_gpu_kind(kind) && (g.warned & bit(kind)) != 0) given.push_back({kind, g.index});
     }
   }
-  return list;
+  return given;
 }
 
 }  // namespace ddp

@@ -81,6 +81,19 @@ struct TroubleWarning {
   std::string line() const;
 };
 
+/// A kind of warning given about a rank, and the GPU it was about (-1: not
+/// about one GPU).
+struct GivenWarning {
+  TroubleKind kind = TroubleKind::kStraggler;
+  int gpu = -1;
+};
+
+/// [{"kind", "rank", "gpu" (GPU kinds only), "summary", "look_at", "age_s"}]
+/// for warnings given before `now`.
+nlohmann::json warnings_json(const std::vector<TroubleWarning>& warnings, SteadyTime now);
+/// [{"kind", "gpu" (GPU kinds only)}]; an empty array when none.
+nlohmann::json given_json(const std::vector<GivenWarning>& given);
+
 class TroubleWarnings {
  public:
   /// How a warning names a rank, e.g. "rank 3 (host h3, pid 103)".
@@ -106,12 +119,15 @@ class TroubleWarnings {
   /// Evaluates at clock.now(); returns the warnings given now (each once).
   std::vector<TroubleWarning> check(const Describe& describe);
 
-  /// The last kListed warnings given in this generation, oldest first:
-  /// [{"kind", "rank", "gpu" (GPU kinds only), "summary", "look_at", "age_s"}].
+  /// The last kListed warnings given in this generation, oldest first.
+  std::vector<TroubleWarning> recent() const { return {recent_.begin(), recent_.end()}; }
+  /// ... as warnings_json() at clock.now().
   nlohmann::json recent_json() const;
-  /// The warnings given about one rank: [{"kind", "gpu" (GPU kinds)}]; an
-  /// empty array when none.
-  nlohmann::json rank_json(int rank) const;
+  /// The kinds given about one rank (rank kinds first, then by GPU); none for
+  /// a rank out of range. Allocates nothing when none was given.
+  std::vector<GivenWarning> given_to(int rank) const;
+  /// ... as given_json().
+  nlohmann::json rank_json(int rank) const { return given_json(given_to(rank)); }
   /// Warnings given in this generation.
   uint64_t given() const { return given_; }
 
@@ -163,6 +179,9 @@ class TroubleWarnings {
   bool any_new_step_ = false;
   bool any_new_sample_ = false;
   std::deque<TroubleWarning> recent_;  // the last kListed given
+  // The ranks' figures, sorted, for one rule's check: kept between checks so
+  // that a check at 16,384 ranks allocates nothing.
+  std::vector<double> sorted_;
   uint64_t given_ = 0;
 };
 

@@ -29,6 +29,8 @@ void declare_all(PrometheusText& out) {
   out.declare("ddplaunch_job_failed", T::kGauge, "1 when the current generation has a root-cause failure.");
   out.declare("ddplaunch_job_hang_verdict", T::kGauge,
               "1 when the current generation's failure is a hang verdict of this kind, else 0.");
+  out.declare("ddplaunch_job_hang_verdicts_total", T::kCounter,
+              "Hang verdicts of this kind given in every generation of the job so far.");
   out.declare("ddplaunch_job_rendezvous_seconds", T::kGauge,
               "How long the last rendezvous took, when the coordinator reports it.");
   out.declare("ddplaunch_job_teardown_seconds", T::kGauge,
@@ -196,6 +198,12 @@ void add_job_metrics(const nlohmann::json& s, PrometheusText& out) {
   for (const std::string& kind : kHangKinds) {
     out.add("ddplaunch_job_hang_verdict", {{"job_id", job_id}, {"kind", kind}},
             failure.rfind(kind + ":", 0) == 0 ? 1 : 0);
+  }
+  if (s.contains("hang_verdicts") && s["hang_verdicts"].is_object()) {
+    for (const std::string& kind : kHangKinds) {
+      add_if_number(out, "ddplaunch_job_hang_verdicts_total", {{"job_id", job_id}, {"kind", kind}},
+                    s["hang_verdicts"], kind.c_str());
+    }
   }
   add_if_number(out, "ddplaunch_job_rendezvous_seconds", job, s, "rendezvous_s");
   add_if_number(out, "ddplaunch_job_teardown_seconds", job, s, "teardown_s");
