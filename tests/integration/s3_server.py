@@ -83,6 +83,11 @@ class S3Server:
     def running(self):
         return self._proc is not None and self._proc.poll() is None
 
+    @property
+    def pid(self):
+        """The server's process id while it runs, else None."""
+        return self._proc.pid if self.running() else None
+
     def start(self):
         if self.running():
             return self
