@@ -23,6 +23,8 @@ import subprocess
 import tempfile
 import time
 import unittest
+import urllib.error
+import urllib.request
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
@@ -54,6 +56,18 @@ def base_env():
     env["PYTHON_EXEC"] = PYTHON
     env["PYTHONDONTWRITEBYTECODE"] = "1"
     return env
+
+
+def http_get(url, headers=None, timeout=5.0, context=None):
+    """(status, body text); status 0 when nothing answered."""
+    req = urllib.request.Request(url, headers=headers or {})
+    try:
+        with urllib.request.urlopen(req, timeout=timeout, context=context) as r:
+            return r.status, r.read().decode("utf-8", "replace")
+    except urllib.error.HTTPError as e:
+        return e.code, e.read().decode("utf-8", "replace")
+    except (urllib.error.URLError, OSError):
+        return 0, ""
 
 
 def free_port():

@@ -10,7 +10,7 @@ import re
 import signal
 import unittest
 
-from launcher_harness import PYTHON, free_port, signal_step, wait_until, worker
+from launcher_harness import PYTHON, free_port, http_get, signal_step, wait_until, worker
 from multinode_harness import EXIT_NODE_LOST, EXIT_RDZV, MultiNodeTestCase
 from netns_harness import NetnsTestCase, ip
 from test_ddptrain import DDPTRAIN, TORCH_OK, DdptrainCase, checkpoint_steps
@@ -110,9 +110,23 @@ class CoordinatorFailoverTest(ElasticCase):
         ck, final = self.tmp / "ck", self.tmp / "final.pt"
         second = f"127.0.0.1:{free_port()}"
         endpoints = f"{self.endpoint()},{second}"
-        launches = [self.elastic_agent("2:3", r, ck, final, endpoint=endpoints) for r in range(3)]
+        metrics = free_port()
+        launches = [self.elastic_agent("2:3", r, ck, final, endpoint=endpoints, extra=[f"--metrics-port={metrics}"])
+                    for r in range(3)]
         self.wait_for_checkpoint(ck, 100, launches)
+        url = f"http://127.0.0.1:{metrics}/status.json"
+        auth = {"Authorization": f"Bearer {self.job_token}"}
+        self.assertEqual(json.loads(http_get(url, auth)[1]).get("coordinator_epoch", [0])[0], 0)
         self.signal_launch(launches[0], signal.SIGKILL)
+        # --metrics-port follows the coordinator: the agent that took it over serves it.
+        taken_over = {}
+
+        def served_by_the_next_endpoint():
+            code, body = http_get(url, auth, timeout=2)
+            if code == 200 and json.loads(body).get("coordinator_epoch") == [1, 2]:
+                taken_over.update(json.loads(body))
+            return bool(taken_over)
+        served = wait_until(served_by_the_next_endpoint, 60, 0.1)
         results = self.finish_all(launches, timeout=120)
         desc = self.describe_all(results)
         self.assertEqual([r.rc for r in results], [-signal.SIGKILL, 0, 0], desc)
@@ -120,6 +134,10 @@ class CoordinatorFailoverTest(ElasticCase):
             self.assertRegex(r.err, rf"failing over to the next coordinator endpoint {second} \(epoch 1", desc)
             self.assertIn("joined as node", r.err.split("failing over")[-1], desc)
         self.assertEqual(sum("hosted by this agent" in r.err for r in results[1:]), 1, desc)
+        self.assertTrue(served, f"{url} did not answer for the coordinator at {second}{desc}")
+        self.assertEqual(len(taken_over["ranks"]["ranks"]), taken_over["world_size"], taken_over)
+        self.assertEqual(sum(bool(re.search(rf"metrics: http://\S+:{metrics}/metrics", r.err)) for r in results[1:]), 1,
+                         desc)
         self.assertIn("continuing on 2 with the same global batch 12", results[1].out + results[2].out, desc)
         (row,) = self.compare((final, ref))
         self.assert_close(row, 1e-10, "3 ranks, the coordinator's node lost, then 2 ranks vs 2 ranks throughout")

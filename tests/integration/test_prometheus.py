@@ -28,30 +28,16 @@ import signal
 import ssl
 import subprocess
 import unittest
-import urllib.error
 import urllib.parse
-import urllib.request
 from pathlib import Path
 
 import test_tls
-from launcher_harness import BIN, DDPTRAIN, DdptrainJobCase, LauncherTestCase, free_port, wait_until
+from launcher_harness import BIN, DDPTRAIN, DdptrainJobCase, LauncherTestCase, free_port, http_get, wait_until
 
 PROMETHEUS = Path("/usr/bin/prometheus")
 NPROC = 4
 SLOW_S = 0.2     # --inject-fault slow: seconds added to every step of every rank
 DEADLINE = 90.0  # for each condition (a 2-core machine under load starts 4 LibTorch ranks slowly)
-
-
-def http_get(url, headers=None, timeout=5.0, context=None):
-    """(status, body text); status 0 when nothing answered."""
-    req = urllib.request.Request(url, headers=headers or {})
-    try:
-        with urllib.request.urlopen(req, timeout=timeout, context=context) as r:
-            return r.status, r.read().decode("utf-8", "replace")
-    except urllib.error.HTTPError as e:
-        return e.code, e.read().decode("utf-8", "replace")
-    except (urllib.error.URLError, OSError):
-        return 0, ""
 
 
 @unittest.skipUnless(PROMETHEUS.is_file(), "no /usr/bin/prometheus (deploy/install-deps.sh installs Debian's)")

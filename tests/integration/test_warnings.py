@@ -24,8 +24,8 @@ import signal
 import subprocess
 import unittest
 
-from launcher_harness import BIN, DDPTRAIN, DdptrainJobCase, free_port, wait_until
-from test_prometheus import http_get
+from launcher_harness import BIN, DDPTRAIN, DdptrainJobCase, free_port, http_get, wait_until
+
 import test_web_page  # its chromium(); the module, so that its test case is not run here too
 from test_web_page import CHROMIUM, status_doc
 

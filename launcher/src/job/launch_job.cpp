@@ -594,6 +594,19 @@ std::unique_ptr<MetricsServer> serve_metrics(const LaunchPlan& plan, const TlsFi
   return server;
 }
 
+// --metrics-port where this agent took the job's coordinator over. Not
+// fatal when the port is taken on this machine (it was checked only where
+// the job started): the job goes on without it, and says so.
+std::unique_ptr<MetricsServer> serve_metrics_after_takeover(const LaunchPlan& plan, const TlsFiles& tls,
+                                                            CoordinatorServer* coordinator) {
+  try {
+    return serve_metrics(plan, tls, coordinator);
+  } catch (const std::exception& e) {
+    spdlog::warn("--metrics-port {}: not served after the takeover: {}", plan.metrics_port, e.what());
+    return nullptr;
+  }
+}
+
 // "2", or an elastic job's "1:2".
 std::string node_count(const LaunchPlan& plan) {
   return plan.min_nnodes < plan.nnodes ? fmt::format("{}:{}", plan.min_nnodes, plan.nnodes)
@@ -715,6 +728,9 @@ int run_launch(const LaunchPlan& plan, OrphanSentinel* sentinel, const DetachedR
                                                         : format_host_port(plan.rdzv_host, plan.rdzv_port),
                                        plan.job_id, plan.token, tls);
   EndpointFailover failover(endpoint_list(plan), hosted_job(plan), tls, coordinator_options(plan), coordinator_client);
+  // --metrics-port from this agent once it took the job's coordinator over
+  // (declared after `failover`, which owns that coordinator).
+  std::unique_ptr<MetricsServer> taken_over_metrics;
   if (start_epoch > 0) coordinator_client.retarget(failover.endpoint(start_epoch), start_epoch);
   const std::string endpoint = coordinator_client.endpoint();
   JobRegistration registered(job_record(plan, endpoint, detached));
@@ -774,6 +790,9 @@ int run_launch(const LaunchPlan& plan, OrphanSentinel* sentinel, const DetachedR
     if (session.epoch() > 0) {
       registered.update_endpoint(failover.endpoint(session.epoch()));
       failover.fence_earlier(session.epoch(), std::chrono::milliseconds(500));
+      if (CoordinatorServer* hosting = failover.hosting(session.epoch()); hosting && !taken_over_metrics) {
+        taken_over_metrics = serve_metrics_after_takeover(plan, tls, hosting);
+      }
     }
     registered.update_attempt(attempt, layout.world_size, plan.nproc);
     router.set_node_rank(layout.node_rank);
