@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""Benchmark the worker runtime's Gloo all-reduce against torch.distributed's (issue 4).
+"""Benchmark the worker runtime's Gloo all-reduce against torch.distributed's.
 
 Both sides run under the same ddplaunch, with the same ranks, sizes, dtype,
 iterations and warm-up, and measure the same thing:
@@ -22,7 +22,7 @@ warmer machine) and each figure is the median over the repeats.  OMP_NUM_THREADS
 is pinned to 1 for both.
 
 ratio = torch time / ddplaunch time: above 1 means the runtime is faster.
-Target (issue 4): ratio >= 1.0 at every size from 1 MiB up; smaller sizes are
+Target: ratio >= 1.0 at every size from 1 MiB up; smaller sizes are
 shown for information.
 
 Exit status: 0 when every run worked and every sum was right, whether or not the

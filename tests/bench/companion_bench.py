@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""Benchmark: what the Python companion costs a PyTorch DDP script (issue 16).
+"""Benchmark: what the Python companion costs a PyTorch DDP script.
 
 The script (tests/bench/companion_ab_worker.py: Gloo on the CPU, an MLP, a DataLoader,
 an optimizer step and a loss all_reduce per step) runs under ddplaunch, for each MLP

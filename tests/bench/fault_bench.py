@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""Benchmark: time from a fault to the launcher's report, ddplaunch vs torchrun (issue 6).
+"""Benchmark: time from a fault to the launcher's report, ddplaunch vs torchrun.
 
 Scenarios (one node, --nproc ranks on the CPU, Gloo, rank --fault-rank faulty at step
 --fault-step):

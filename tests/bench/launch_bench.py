@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""Benchmark ddplaunch against torchrun on one node (issue 2).
+"""Benchmark ddplaunch against torchrun on one node.
 
 What is measured, and why:
 

@@ -1,6 +1,6 @@
 #!/usr/bin/python3
 """Benchmark: from losing a node to training resumed on the survivors, ddplaunch vs
-torchrun's elastic c10d rendezvous (issue 17).
+torchrun's elastic c10d rendezvous.
 
 One job of three "nodes" on this machine: three launcher agents, one rank each (node 0
 started first, so that it hosts the rendezvous: torchrun cannot survive losing that one),

@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""The PyTorch peer of `ddpbench allreduce` (issue 4): torch.distributed's Gloo
+"""The PyTorch peer of `ddpbench allreduce`: torch.distributed's Gloo
 all-reduce, measured exactly the way ddpbench measures the runtime's.
 
 Run it under ddplaunch (or any launcher that sets RANK, WORLD_SIZE, MASTER_ADDR

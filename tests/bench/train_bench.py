@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""Benchmark one training step of ddptrain against PyTorch DDP (issue 5).
+"""Benchmark one training step of ddptrain against PyTorch DDP.
 
 Both sides train the same MLP (default --mlp-sizes 1024,2048,2048,1024,10, about
 8.4 M parameters; the count is printed) on the same data file, with the same
@@ -37,7 +37,7 @@ big matrices (8, 16 and 8 MiB of gradients) it makes an 8 MiB bucket early in
 backward and a 24 MiB one at its very end, so neither library can overlap much
 there. 8 MiB makes three buckets (8, 16, 8 MiB), two of which fill while
 backward goes on.
-Targets (issue 5): ratio <= 0.85, and most communication hidden (> 50 %).
+Targets: ratio <= 0.85, and most communication hidden (> 50 %).
 
 Exit status: 0 when every run worked, whether or not the targets were met; 1 when
 a run failed, hung (every run has a timeout, after which its launcher and workers

@@ -123,7 +123,7 @@ if [[ $built -eq 1 ]]; then
   if [[ $rc -eq 0 ]]; then row "ctest -L gpu" ok "$summary; $skipped skipped"; else row "ctest -L gpu" FAIL "$summary; $failed failed, $skipped skipped"; overall=1; fi
 fi
 
-# ---- --nccl-debug and diagnose on a real NCCL init (issue 7) -------------------
+# ---- --nccl-debug and diagnose on a real NCCL init -------------------
 if [[ $built -eq 1 ]]; then
   echo "== ddplaunch --nccl-debug=INFO ddptrain --backend nccl, then ddplaunch diagnose --json"
   "$build/launcher/ddplaunch" --nproc-per-node=1 --nccl-debug=INFO --log-dir "$logs/nccl-job" --rdzv-id ncclrun \
@@ -144,7 +144,7 @@ PY
   if [[ $rc -eq 0 && "$diag" == "rank 0 init complete"* ]]; then row "ddptrain nccl + diagnose" ok "$diag"; else row "ddptrain nccl + diagnose" FAIL "exit $rc; $diag"; overall=1; fi
 fi
 
-# ---- --numa-binding=node on the real GPU (issue 15) ---------------------------
+# ---- --numa-binding=node on the real GPU ---------------------------
 if [[ $built -eq 1 ]]; then
   echo "== ddplaunch --numa-binding=node --nproc-per-node=1: the worker's CPUs against its GPU's NUMA node"
   bus=$(ls /proc/driver/nvidia/gpus 2>/dev/null | sort | head -1 | tr 'A-Z' 'a-z')
@@ -173,7 +173,7 @@ PY
   else row "numa-binding=node" FAIL "worker CPUs '$got', node $node has '$want'; see $logs/numa.log"; overall=1; fi
 fi
 
-# ---- the Python companion and PyTorch's NCCL flight recorder (issue 16) --------
+# ---- the Python companion and PyTorch's NCCL flight recorder --------
 if [[ $built -eq 1 ]] && "$python" -c 'import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)' 2>/dev/null; then
   echo "== ddplaunch stacks on a PyTorch NCCL job: the merged stacks and rank_0/nccl_flight_recorder.json"
   PYTHON_EXEC="$python" "$build/launcher/ddplaunch" --nproc-per-node=1 --log-dir "$logs/fr-job" --rdzv-id frjob \

@@ -1,4 +1,4 @@
-"""ddptrain, the reference trainer, under ddplaunch (issue 5): equal results on 1, 2
+"""ddptrain, the reference trainer, under ddplaunch: equal results on 1, 2
 and 4 ranks, gradient accumulation, kill-and-resume from checkpoints, damaged
 checkpoints, --init/--save-final with Python's torch.save/torch.load, agreement with
 PyTorch's own DistributedDataParallel (Gloo), and bad input.

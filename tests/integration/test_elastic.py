@@ -1,4 +1,4 @@
-"""Elastic membership with real agents and real ddptrain over Gloo (issue 17):
+"""Elastic membership with real agents and real ddptrain over Gloo:
 a job of --nnodes=MIN:MAX shrinks when a node is lost, grows when a node joins,
 and leaves out a node whose workers keep failing. The agents are separate
 ddplaunch processes on this machine (one per "node"); the final parameters are

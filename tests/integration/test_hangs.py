@@ -1,4 +1,4 @@
-"""Heartbeats, hang detection and live status (issue 6), with ddptrain's injected faults.
+"""Heartbeats, hang detection and live status, with ddptrain's injected faults.
 
 Every job runs ddptrain (LibTorch, Gloo on the CPU, OMP_NUM_THREADS=1) on 2-3 ranks under
 ddplaunch with --heartbeat-interval 0.5 and a hang timeout of 2 s, so detection is fast.

@@ -1,4 +1,4 @@
-"""Host names that only the system's resolver knows (issue 22).
+"""Host names that only the system's resolver knows.
 
 Each node is a network namespace with its own hostname and a private /etc/hosts
 (bind-mounted in its own mount namespace: the machine's /etc is not touched).

@@ -1,4 +1,4 @@
-"""NCCL settings and logs under ddplaunch (issue 7, the CPU-testable part):
+"""NCCL settings and logs under ddplaunch (the CPU-testable part):
 --nccl-debug / NCCL_DEBUG send each rank's NCCL log to its own
 rank_<r>/nccl.log; NCCL_* of the launching node reach the workers of every
 node (a node's own setting wins) and each node records what its workers got;

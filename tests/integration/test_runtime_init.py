@@ -1,4 +1,4 @@
-"""The worker runtime's init and Gloo all-reduce, through `ddpbench allreduce` (issue 4).
+"""The worker runtime's init and Gloo all-reduce, through `ddpbench allreduce`.
 
   * under ddplaunch (2 and 3 ranks): init from the agent, correct sums, ranks = N;
   * without ddplaunch, from RANK/WORLD_SIZE/MASTER_ADDR/MASTER_PORT alone

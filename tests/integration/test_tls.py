@@ -1,4 +1,4 @@
-"""TLS between agents and the coordinator (issue 3): a job whose agents all
+"""TLS between agents and the coordinator: a job whose agents all
 present certificates signed by the job's CA runs; an agent without TLS cannot
 join a TLS coordinator and ends with the rendezvous exit code."""
 

@@ -1,4 +1,4 @@
-"""torchrun command lines, unchanged, under ddplaunch (issue 15).
+"""torchrun command lines, unchanged, under ddplaunch.
 
 Every test names, in its docstring, the torchrun behaviour it checks. Where Debian's
 torchrun (torch 1.13, through tests/bench/torchrun_shim.py) supports the case, the

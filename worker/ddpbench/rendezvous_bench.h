@@ -1,7 +1,7 @@
 #pragma once
 // `ddpbench rendezvous`: N simulated agents join one coordinator on loopback,
 // fetch the world's NCCL ID and pass a barrier; prints how long that took and
-// the coordinator's peak RSS (issue 3's target: 2,048 x 8 ranks in under 1 s).
+// the coordinator's peak RSS (the target: 2,048 x 8 ranks in under 1 s).
 
 #include <string>
 

@@ -1,4 +1,4 @@
-// ddptrain datasets and sharding (issue 5).
+// ddptrain datasets and sharding.
 #pragma once
 
 #include <cstdint>

@@ -1,4 +1,4 @@
-// ddptrain models (issue 5): an MLP, a small CNN and a small byte-level causal
+// ddptrain models: an MLP, a small CNN and a small byte-level causal
 // transformer LM behind one interface the trainer and DDP wrap.
 //
 // Parameters are created with the global LibTorch RNG: the trainer calls

@@ -1,4 +1,4 @@
-// ddptrain tensor files (issue 5): dicts of name -> tensor interoperable with
+// ddptrain tensor files: dicts of name -> tensor interoperable with
 // Python's torch.save(model.state_dict()) / torch.load (zip pickle format).
 #pragma once
 

@@ -1,6 +1,6 @@
 #!/usr/bin/python3
 """A PyTorch DDP (Gloo, CPU) training loop with an injectable fault: the torchrun peer of
-`ddptrain --inject-fault` in tests/bench/fault_bench.py (issue 6).
+`ddptrain --inject-fault` in tests/bench/fault_bench.py.
 
 Run it under a launcher (torchrun environment: RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT).
 Every step trains a small MLP on random data with DistributedDataParallel, so each step

@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""PyTorch reference for ddptrain's MLP training (issue 5), shared by
+"""PyTorch reference for ddptrain's MLP training, shared by
 tests/integration/test_ddptrain.py and tests/bench/train_bench.py.
 
 It reproduces `ddptrain --model mlp` exactly, with torch's own
