@@ -144,8 +144,7 @@ int run_top_command(int argc, const char* const* argv) {
   const bool terminal = screen_of_stdout().terminal;
   std::optional<TerminalDrawing> drawing;
   if (terminal) drawing.emplace();
-  std::optional<QuitKey> quit_key;
-  quit_key.emplace(terminal);
+  std::optional<QuitKey> quit_key(std::in_place, terminal);
   const auto interval = std::chrono::duration_cast<SteadyClock::duration>(std::chrono::duration<double>(interval_s));
 
   int frames = 0;

@@ -481,9 +481,11 @@ HealthView HangDetector::view() const {
   v.now = clock_.now();
   v.wall_now = clock_.wall_now();
   v.hang_timeout = config_.hang_timeout;
-  if (any_monitored()) v.since_progress = v.now - last_progress_;
   v.ranks.reserve(ranks_.size());
-  for (int i = 0; i < world_size(); ++i) v.ranks.push_back(rank_view(i, v.now));
+  for (int i = 0; i < world_size(); ++i) {
+    v.ranks.push_back(rank_view(i, v.now));
+    if (v.ranks.back().monitored) v.since_progress = v.now - last_progress_;
+  }
   v.recent = trouble_.recent();
   v.warnings_total = trouble_.given();
   return v;

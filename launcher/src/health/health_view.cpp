@@ -64,8 +64,7 @@ nlohmann::json health_view_json(const HealthView& view) {
   j["world_size"] = view.ranks.size();
   j["monitored_ranks"] = monitored;
   j["hang_timeout_s"] = seconds(view.hang_timeout);
-  j["seconds_since_progress"] =
-      monitored > 0 && view.since_progress ? nlohmann::json(seconds(*view.since_progress)) : nlohmann::json();
+  j["seconds_since_progress"] = view.since_progress ? nlohmann::json(seconds(*view.since_progress)) : nlohmann::json();
   j["ranks"] = std::move(ranks);
   j["warnings"] = warnings_json(view.recent, view.now);
   j["warnings_total"] = view.warnings_total;
