@@ -40,20 +40,22 @@ case "$mode" in
     # One test at a time: integration tests time the launcher's reactions.
     # Then the sanitizer stages (tests/sanitizers/run.sh), each in its own
     # build tree; DDP_SANITIZER_STAGES="" skips them on a developer's machine.
-    # A CI log may keep only its tail, so the last lines repeat each part's
-    # result with the names of the tests that failed in it.
-    export DDP_TEST_SUMMARY=$build/test-summary.txt
-    rm -f "$DDP_TEST_SUMMARY"
+    # A CI log may keep only its tail, so the last lines repeat the end of
+    # each failed test's output, then each part's result with the names of
+    # the tests that failed in it.
+    export DDP_TEST_SUMMARY=$build/test-summary.txt DDP_TEST_TAILS=$build/failed-test-tails.txt
+    rm -f "$DDP_TEST_SUMMARY" "$DDP_TEST_TAILS"
     status=0
     t0=$SECONDS
     failed_list=$build/Testing/Temporary/LastTestsFailed.log
     rm -f "$failed_list"
-    (cd "$build" && ctest --output-on-failure) || status=1
+    (cd "$build" && ctest --output-on-failure) || { status=1; bash "$repo/tests/failed_test_tails.sh" "$build" >>"$DDP_TEST_TAILS"; }
     echo "test suite: $((SECONDS - t0)) s: $([[ $status == 0 ]] && echo passed || echo "FAILED: $(tr '\n' ' ' <"$failed_list" 2>/dev/null)")" |
       tee -a "$DDP_TEST_SUMMARY"
     for stage in ${DDP_SANITIZER_STAGES-address thread}; do
       bash "$repo/tests/sanitizers/run.sh" "$stage" "$build" || status=1
     done
+    [[ -s $DDP_TEST_TAILS ]] && cat "$DDP_TEST_TAILS"
     echo "summary:"
     sed 's/^/  /' "$DDP_TEST_SUMMARY"
     exit $status

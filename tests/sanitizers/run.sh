@@ -85,6 +85,8 @@ failed=()
 # Names the tests the last ctest run in $build recorded as failed.
 collect_failed() {
   local list=$build/Testing/Temporary/LastTestsFailed.log
+  # DDP_TEST_TAILS: deploy/setup.sh's file of the failed tests' last lines.
+  bash "$(dirname "${BASH_SOURCE[0]}")/../failed_test_tails.sh" "$build" >>"${DDP_TEST_TAILS:-/dev/null}"
   [[ -f $list ]] && mapfile -t -O "${#failed[@]}" failed < <(cut -d: -f2- "$list")
   rm -f "$list"
 }

@@ -83,7 +83,7 @@ class Agent(object):
         with self.channel.lock:
             self.channel.send_bytes(stacks.encode_message(threads), 1.0)
         if os.environ.get("TORCH_NCCL_DEBUG_INFO_TEMP_FILE") and not self.recorder_busy:
-            # Waiting for torch's dump takes up to 2 s: not on this thread.
+            # Waiting for torch's dump takes up to 5 s: not on this thread.
             self.recorder_busy = True
             threading.Thread(target=self._flight_recorder, name="ddplaunch-companion-fr",
                              daemon=True).start()

@@ -135,9 +135,10 @@ def _poke(pipe):
         os.close(fd)
 
 
-def request_and_convert(environ, rank, log_dir, timeout=2.0):
+def request_and_convert(environ, rank, log_dir, timeout=5.0):
     """Asks torch for a dump (when its pipe exists), waits at most `timeout` s
-    for it, converts it; with no pipe, converts a dump torch already wrote
+    for it (torch looks at its pipe about once a second, then writes the whole
+    trace), converts it; with no pipe, converts a dump torch already wrote
     (e.g. on a timeout). Returns (path, summary) or None."""
     stem = environ.get("TORCH_NCCL_DEBUG_INFO_TEMP_FILE")
     if not stem or not log_dir:
