@@ -25,13 +25,17 @@ S3-compatible server checking SigV4, on the loopback; it shares this machine's c
    optimizer, torch.save to a temp name + os.replace, rank 0) every --ckpt-every steps;
    it runs under ddplaunch with --sync on and off, alternated, --repeat rounds. Rank 0's
    mean step time (checkpoint steps included, --warmup steps not) per run; reported:
-   the median of each, the overhead %. Target: < 2%. The S3 server stands for
+   the median of each side, each round's overhead (its two runs, back to back) and
+   their median, the overhead %. Target: < 2%. Beside it, the CPU seconds each run's
+   launcher used (its zombie's /proc stat, ranks apart), so --sync's own CPU shows
+   as a share of the ranks', and what the server used meanwhile. The S3 server stands for
    storage on another machine: here its threads run SCHED_IDLE, so that what it
    costs to receive the uploads does not count as ddplaunch's overhead.
 
 Usage: /usr/bin/python3 tests/bench/sync_bench.py [--repeat 3] [--big-files 4]
          [--big-mib 64] [--small-files 20] [--small-mib 1] [--steps 400]
-         [--ckpt-every 50] [--width 1024] [--nproc 2] [--quick] [--json]
+         [--ckpt-every 50] [--width 1024] [--nproc 2] [--skip-train | --skip-upload]
+         [--quick] [--json]
 Exits 0 when every run worked and every upload is byte-equal, 1 otherwise; 2 when the
 S3 server or the AWS CLI is missing. The table comes last.
 """
@@ -226,8 +230,10 @@ def train_once(args, s3, env, tmp, n, sync):
         cmd += ["--sync", f"{ckpt}=s3://{s3.bucket}/train-{n}/"]
     cmd += [os.path.abspath(__file__), "_train", "--dir", ckpt, "--steps", str(args.steps), "--warmup",
             str(args.warmup), "--ckpt-every", str(args.ckpt_every), "--width", str(args.width)]
+    server_before = cpu_seconds(s3.pid)[0]
     with Run(cmd, env, tmp, f"train-{n}-{sync}") as run:
-        rc = run.wait(900)
+        rc, launcher_cpu, ranks_cpu = wait_keeping_cpu(run, 900)
+        server_cpu = cpu_seconds(s3.pid)[0] - server_before
         m = STEP_RE.search(run.stdout())
         if rc != 0 or not m:
             raise BenchError(f"training run {n} (--sync {'on' if sync else 'off'}) exited {rc}" + run.tail())
@@ -240,7 +246,32 @@ def train_once(args, s3, env, tmp, n, sync):
             raise BenchError(f"training run {n}: no complete --sync report" + run.tail())
         verify(s3, f"train-{n}/", expected)
     shutil.rmtree(ckpt)
-    return {"step_ms": float(m.group(1)), "ckpts": int(m.group(3)), "ckpt_mib": float(m.group(4))}
+    return {"step_ms": float(m.group(1)), "ckpts": int(m.group(3)), "ckpt_mib": float(m.group(4)),
+            "launcher_cpu_s": launcher_cpu, "ranks_cpu_s": ranks_cpu, "server_cpu_s": server_cpu}
+
+
+CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+
+
+def cpu_seconds(pid):
+    """(own, reaped children's) CPU seconds of a process, from /proc/PID/stat."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    utime, stime, cutime, cstime = (int(v) for v in fields[11:15])
+    return (utime + stime) / CLOCK_TICKS, (cutime + cstime) / CLOCK_TICKS
+
+
+def wait_keeping_cpu(run, timeout):
+    """Waits for the launcher to exit without reaping it, reads what its zombie
+    says it used (its own threads; its ranks, which it reaped), then reaps it.
+    Returns (exit code, launcher CPU s, ranks' CPU s)."""
+    deadline = time.monotonic() + timeout
+    while os.waitid(os.P_PID, run.proc.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is None:
+        if time.monotonic() > deadline:
+            return run.wait(0), None, None   # raises BenchError: still running
+        time.sleep(0.05)
+    own, ranks = cpu_seconds(run.proc.pid)
+    return run.wait(10), own, ranks
 
 
 def as_remote_server(pid):
@@ -261,11 +292,27 @@ def measure_steps(args, s3, env, tmp):
         for sync in ((True, False) if i % 2 == 0 else (False, True)):
             r = train_once(args, s3, env, tmp, i, sync)
             runs[sync].append(r)
-            print(f"  train round {i + 1} --sync {'on ' if sync else 'off'} {r['step_ms']:8.3f} ms/step", flush=True)
+            print(f"  train round {i + 1} --sync {'on ' if sync else 'off'} {r['step_ms']:8.3f} ms/step; CPU s: "
+                  f"ddplaunch {r['launcher_cpu_s']:.2f}, ranks {r['ranks_cpu_s']:.2f}, "
+                  f"S3 server {r['server_cpu_s']:.2f}", flush=True)
     med = statistics.median
     on, off = med(r["step_ms"] for r in runs[True]), med(r["step_ms"] for r in runs[False])
-    return {"step_ms_sync": on, "step_ms_no_sync": off, "overhead_percent": (on / off - 1) * 100,
-            "met": (on / off - 1) * 100 < TARGET_PERCENT, "ckpts_per_run": runs[True][0]["ckpts"],
+    # The two runs of a round ran back to back: their ratio leaves out how the
+    # machine drifts between rounds, which the medians of each side keep.
+    paired = [(a["step_ms"] / b["step_ms"] - 1) * 100 for a, b in zip(runs[True], runs[False])]
+    overhead = med(paired)
+    # What --sync costs in CPU, apart from the step times: the launcher's own
+    # CPU with it minus without, against the ranks' CPU; and what the loopback
+    # server (which would be on another machine) took from the same cores.
+    cpu = {key: {side: med(r[key] for r in runs[side]) for side in (True, False)}
+           for key in ("launcher_cpu_s", "ranks_cpu_s", "server_cpu_s")}
+    sync_cpu = cpu["launcher_cpu_s"][True] - cpu["launcher_cpu_s"][False]
+    return {"step_ms_sync": on, "step_ms_no_sync": off, "overhead_percent": overhead,
+            "unpaired_overhead_percent": (on / off - 1) * 100, "round_overheads_percent": paired,
+            "launcher_cpu_s_sync": cpu["launcher_cpu_s"][True], "launcher_cpu_s_no_sync": cpu["launcher_cpu_s"][False],
+            "ranks_cpu_s_sync": cpu["ranks_cpu_s"][True], "sync_cpu_percent_of_ranks":
+                sync_cpu / cpu["ranks_cpu_s"][True] * 100, "server_cpu_s_sync": cpu["server_cpu_s"][True],
+            "met": overhead < TARGET_PERCENT, "ckpts_per_run": runs[True][0]["ckpts"],
             "ckpt_mib": runs[True][0]["ckpt_mib"],
             "runs": {"sync": [r["step_ms"] for r in runs[True]], "no_sync": [r["step_ms"] for r in runs[False]]}}
 
@@ -287,6 +334,7 @@ def main():
     ap.add_argument("--width", type=int, default=1024)
     ap.add_argument("--nproc", type=int, default=2)
     ap.add_argument("--skip-train", action="store_true", help="only the upload part")
+    ap.add_argument("--skip-upload", action="store_true", help="only the step-time part")
     ap.add_argument("--quick", action="store_true", help="small sizes, one round (for CI)")
     ap.add_argument("--json", action="store_true")
     if ap.parse_args().quick:   # smaller defaults; options given still win
@@ -305,7 +353,7 @@ def main():
             return 2
         try:
             env = clean_env(s3)
-            upload = measure_upload(args, s3, env, tmp)
+            upload = None if args.skip_upload else measure_upload(args, s3, env, tmp)
             steps = None if args.skip_train else measure_steps(args, s3, env, tmp)
         except (BenchError, subprocess.TimeoutExpired) as e:
             print(f"sync_bench: {e}", file=sys.stderr)
@@ -315,21 +363,30 @@ def main():
     if args.json:
         print(json.dumps({"upload": upload, "steps": steps, "repeat": args.repeat, "nproc": args.nproc,
                           "target_percent": TARGET_PERCENT}))
-    print(f"Upload to S3 on the loopback (s3rver), {upload['files']} files, {upload['bytes'] / MIB:.0f} MiB, "
-          f"median of {args.repeat} rounds, all byte-equal on the server")
-    print(f"  ddplaunch --sync (rename -> report) {upload['ddplaunch_mib_s']:8.1f} MiB/s "
-          f"({upload['ddplaunch_seconds']:.2f} s; its own figure "
-          f"{upload['ddplaunch_reported_mib_s'] or 0:.1f} MiB/s)")
-    print(f"  aws s3 cp --recursive               {upload['aws_mib_s']:8.1f} MiB/s ({upload['aws_seconds']:.2f} s)")
-    print(f"  ratio ddplaunch/aws                 {upload['ratio']:8.3f}")
+    if upload:
+        print(f"Upload to S3 on the loopback (s3rver), {upload['files']} files, {upload['bytes'] / MIB:.0f} MiB, "
+              f"median of {args.repeat} rounds, all byte-equal on the server")
+        print(f"  ddplaunch --sync (rename -> report) {upload['ddplaunch_mib_s']:8.1f} MiB/s "
+              f"({upload['ddplaunch_seconds']:.2f} s; its own figure "
+              f"{upload['ddplaunch_reported_mib_s'] or 0:.1f} MiB/s)")
+        print(f"  aws s3 cp --recursive               {upload['aws_mib_s']:8.1f} MiB/s ({upload['aws_seconds']:.2f} s)")
+        print(f"  ratio ddplaunch/aws                 {upload['ratio']:8.3f}")
     if steps:
         print(f"PyTorch DDP step time, rank 0, {args.nproc} ranks (Gloo, CPU), width {args.width}, a "
               f"{steps['ckpt_mib']:.1f} MiB checkpoint every {args.ckpt_every} steps "
               f"({steps['ckpts_per_run']} per run), median of {args.repeat} rounds")
         print(f"  --sync on                           {steps['step_ms_sync']:8.3f} ms")
         print(f"  --sync off                          {steps['step_ms_no_sync']:8.3f} ms")
-        print(f"  overhead                            {steps['overhead_percent']:+8.2f}%  (target < "
+        print(f"  rounds' overheads (on/off - 1)      " +
+              " ".join(f"{p:+.2f}%" for p in steps["round_overheads_percent"]))
+        print(f"  overhead, median of the rounds'     {steps['overhead_percent']:+8.2f}%  (target < "
               f"{TARGET_PERCENT:g}%: {'met' if steps['met'] else 'NOT met'})")
+        print(f"  (median on / median off - 1         {steps['unpaired_overhead_percent']:+8.2f}%)")
+        print(f"  ddplaunch's CPU per run, on / off   {steps['launcher_cpu_s_sync']:8.2f} / "
+              f"{steps['launcher_cpu_s_no_sync']:.2f} s: --sync's own "
+              f"{steps['sync_cpu_percent_of_ranks']:+.2f}% of the ranks' {steps['ranks_cpu_s_sync']:.2f} s")
+        print(f"  the loopback S3 server's CPU, on    {steps['server_cpu_s_sync']:8.2f} s per run "
+              f"(SCHED_IDLE; storage elsewhere in a real job)")
     return 0
 
 

@@ -181,9 +181,17 @@ class BenchmarkSmokeTest(unittest.TestCase):
         self.assertEqual(steps["ckpts_per_run"], 4)  # at steps 10, 20, 30 and 40
         self.assertGreater(steps["step_ms_sync"], 0)
         self.assertGreater(steps["step_ms_no_sync"], 0)
-        self.assertAlmostEqual(steps["overhead_percent"],
+        # One round: its two runs' ratio is the paired figure and the unpaired one alike.
+        self.assertEqual(len(steps["round_overheads_percent"]), 1)
+        self.assertAlmostEqual(steps["overhead_percent"], steps["round_overheads_percent"][0], places=6)
+        self.assertAlmostEqual(steps["unpaired_overhead_percent"],
                                (steps["step_ms_sync"] / steps["step_ms_no_sync"] - 1) * 100, places=6)
+        self.assertAlmostEqual(steps["overhead_percent"], steps["unpaired_overhead_percent"], places=6)
         self.assertEqual(steps["met"], steps["overhead_percent"] < doc["target_percent"])
+        # CPU read from each launcher's zombie: its own threads and the ranks it reaped.
+        self.assertGreater(steps["launcher_cpu_s_sync"], 0)
+        self.assertGreater(steps["ranks_cpu_s_sync"], steps["launcher_cpu_s_sync"])
+        self.assertGreater(steps["server_cpu_s_sync"], 0)   # it received the checkpoints
         self.assertIn("ratio ddplaunch/aws", res.stdout)
 
     def test_launch_bench(self):
