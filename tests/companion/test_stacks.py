@@ -2,6 +2,7 @@
 in C with the GIL released."""
 
 import json
+import time
 import unittest
 
 from companion_harness import MAX_MESSAGE, CompanionTestCase, script
@@ -28,12 +29,16 @@ class StacksTest(CompanionTestCase):
         conn, _ = self.accept_rank(rank)
         rank.wait_line(lambda l: l == "ready", 30, "ready")
         line = sleep_line()
-        for _ in range(20):   # "ready" is printed a line before the sleep begins
+        # "ready" is printed a line before the sleep begins, and a loaded machine
+        # may keep the main thread from it for a while: ask until it is there.
+        deadline = time.monotonic() + 30
+        while True:
             msg = self.dump(conn)
             main = [t for t in msg["threads"] if t["main"]]
             self.assertEqual(len(main), 1, msg)
-            if main[0]["frames"][-1]["line"] == line:
+            if main[0]["frames"][-1]["line"] == line or time.monotonic() > deadline:
                 break
+            time.sleep(0.05)
         main = main[0]
         self.assertEqual(main["name"], "MainThread")
         self.assertEqual(main["frames"][-1], {"function": "waiting_for_data",
