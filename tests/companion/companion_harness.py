@@ -106,6 +106,19 @@ class Connection(object):
     def send(self, obj):
         self.sock.send(json.dumps(obj).encode("utf-8"))
 
+    def stacks_when(self, main_is_there, timeout=30):
+        """Asks for every thread's stack until main_is_there(the main thread's
+        entry) holds or timeout s passed; returns the last answer. A loaded
+        machine may keep the main thread a while from where a test waits for it."""
+        deadline = time.monotonic() + timeout
+        while True:
+            self.send({"type": "dump_stacks"})
+            msg = self.wait_for(lambda m: m["type"] == "stacks", 5, "stacks")
+            main = [t for t in msg["threads"] if t["main"]]
+            if (len(main) == 1 and main_is_there(main[0])) or time.monotonic() > deadline:
+                return msg
+            time.sleep(0.05)
+
 
 class Rank(object):
     """A started rank process; its stdout lines are collected by a thread."""

@@ -2,7 +2,6 @@
 in C with the GIL released."""
 
 import json
-import time
 import unittest
 
 from companion_harness import MAX_MESSAGE, CompanionTestCase, script
@@ -20,25 +19,15 @@ def sleep_line():
 class StacksTest(CompanionTestCase):
     interval_ms = 2000    # the answer must not wait for the next heartbeat
 
-    def dump(self, conn):
-        conn.send({"type": "dump_stacks"})
-        return conn.wait_for(lambda m: m["type"] == "stacks", 5, "stacks")
-
     def test_dump_while_main_thread_blocked(self):
         rank = self.start("blocked.py")
         conn, _ = self.accept_rank(rank)
         rank.wait_line(lambda l: l == "ready", 30, "ready")
         line = sleep_line()
-        # "ready" is printed a line before the sleep begins, and a loaded machine
-        # may keep the main thread from it for a while: ask until it is there.
-        deadline = time.monotonic() + 30
-        while True:
-            msg = self.dump(conn)
-            main = [t for t in msg["threads"] if t["main"]]
-            self.assertEqual(len(main), 1, msg)
-            if main[0]["frames"][-1]["line"] == line or time.monotonic() > deadline:
-                break
-            time.sleep(0.05)
+        # "ready" is printed a line before the sleep begins.
+        msg = conn.stacks_when(lambda main: main["frames"][-1]["line"] == line)
+        main = [t for t in msg["threads"] if t["main"]]
+        self.assertEqual(len(main), 1, msg)
         main = main[0]
         self.assertEqual(main["name"], "MainThread")
         self.assertEqual(main["frames"][-1], {"function": "waiting_for_data",

@@ -103,16 +103,9 @@ class TorchProgressTest(CompanionTestCase):
         last = hb["recent"][-1]
         self.assertEqual(last["state"], "started")
         self.assertEqual(hb["last_completed"], last["sequence"] - 1)
-        # The record is made just before the wrapper calls torch's barrier: ask
-        # again until the main thread's innermost frame is torch's.
-        deadline = time.monotonic() + 30
-        while True:
-            conn.send({"type": "dump_stacks"})
-            msg = conn.wait_for(lambda m: m["type"] == "stacks", 5, "stacks while blocked")
-            main = [t for t in msg["threads"] if t["main"]][0]
-            if main["frames"][-1]["file"].endswith("distributed_c10d.py") or time.monotonic() > deadline:
-                break
-            time.sleep(0.05)
+        # The record is made just before the wrapper calls torch's barrier.
+        msg = conn.stacks_when(lambda main: main["frames"][-1]["file"].endswith("distributed_c10d.py"))
+        main = [t for t in msg["threads"] if t["main"]][0]
         self.assertIn("barrier", [f["function"] for f in main["frames"]])
         self.assertTrue(main["frames"][-1]["file"].endswith("distributed_c10d.py"), main)
         rank1.write("\n")
