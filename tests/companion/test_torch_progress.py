@@ -118,6 +118,39 @@ class TorchProgressTest(CompanionTestCase):
         self.assertEqual(rank0.finish(), 0, rank0.stderr_text())
         self.assertEqual(rank1.finish(), 0, rank1.stderr_text())
 
+    def test_subgroup_collectives(self):
+        # Calls on other groups are counted per group, apart from the default
+        # group's sequence; a group this rank is no member of is not counted.
+        init = self.tmp / "init"
+        rank0 = self.start("subgroup_collective.py", 0, init, env=self.rank_env(GLOO_SOCKET_IFNAME="lo"))
+        rank1 = self.start("subgroup_collective.py", 1, init,
+                           env=self.rank_env(companion=False, GLOO_SOCKET_IFNAME="lo"))
+        conn, _ = self.accept_rank(rank0)
+        rank0.wait_line(lambda l: l == "waiting", 60, "waiting")
+        hb = conn.wait_for(lambda m: heartbeat(m) and m["phase"] == "collective" and m.get("groups"),
+                           30, "heartbeat in the subgroup's all_reduce")
+        self.assertEqual(len(hb["groups"]), 1, hb["groups"])
+        pair = hb["groups"][0]
+        self.assertEqual(pair["ranks"], [0, 1])
+        self.assertTrue(pair["group"], pair)
+        self.assertEqual((pair["last_enqueued"], pair["last_completed"]), (2, 1))
+        self.assertEqual({k: pair["open"][k] for k in ("sequence", "op", "bytes", "dtype", "state")},
+                         {"sequence": 2, "op": "all_reduce", "bytes": 12, "dtype": "float32", "state": "started"})
+        self.assertGreaterEqual(pair["open"]["age_ms"], 0)
+        # The default group's record holds only its own calls, all finished.
+        self.assertEqual([r["bytes"] for r in hb["recent"] if r["op"] == "all_reduce"], [16], hb["recent"])
+        self.assertEqual(hb["last_completed"], hb["last_enqueued"])
+
+        rank1.write("\n")
+        rank0.wait_line(lambda l: l == "done", 60, "done")
+        hb = conn.wait_for(lambda m: heartbeat(m) and m["phase"] == "other" and
+                           m.get("groups", [{}])[0].get("last_enqueued") == 3, 30, "idle heartbeat")
+        pair = hb["groups"][0]
+        self.assertEqual(pair["last_completed"], 3, pair)
+        self.assertNotIn("open", pair)
+        self.assertEqual(rank0.finish(), 0, rank0.stderr_text())
+        self.assertEqual(rank1.finish(), 0, rank1.stderr_text())
+
     def test_phases(self):
         rank = self.start("phases.py", self.tmp / "init")
         conn, _ = self.accept_rank(rank)

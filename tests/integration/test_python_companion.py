@@ -3,8 +3,9 @@ through the Python companion that ddplaunch injects into every Python rank.
 
 Each job runs workers/torch_ddp_trouble.py, a plain DDP script that knows nothing of
 ddplaunch, on 3 ranks with --heartbeat-interval 0.5 and a short hang timeout, and
-injects one trouble (a rank blocked in data loading, a skipped all_reduce, a different
-tensor size, an exception, a crash in a DataLoader worker), or is stopped from outside
+injects one trouble (a rank blocked in data loading, a skipped all_reduce, one skipped
+in a subgroup, a different tensor size, an exception, a crash in a DataLoader worker),
+or is stopped from outside
 with SIGSTOP. The tests check who is named and how fast (from the trouble line the rank
 prints to the report line, this process's clock), the merged stacks (ranks grouped by
 identical stack, the odd group named), failure.json, the exit code, and that nothing is
@@ -36,6 +37,9 @@ PHASES = {"data", "forward", "backward", "optimizer", "collective", "checkpoint"
 TROUBLE_RE = re.compile(r"^\[0:(\d+)\] torch_ddp_trouble: ([\w-]+) at step (\d+)")
 STUCK_RE = re.compile(r"error: stuck_collective detected: rank (\d+) \(host \S+, pid (\d+), step (\d+), "
                       r"phase (\w+)\) never entered (\w+) #(\d+) .*that ranks? ([\d,]+) ha(?:s|ve) waited")
+SUBGROUP_RE = re.compile(r"error: stuck_collective detected: rank (\d+) \(host \S+, pid (\d+), step \d+, "
+                         r"phase \w+\) never entered (\w+) #(\d+) .*of group (\S+) \(ranks ([\d,]+)\) "
+                         r"that ranks? ([\d,]+) ha(?:s|ve) waited in for [\d.]+ s; meanwhile ranks? ([\d,]+) ")
 DESYNC_RE = re.compile(r"error: desync detected: desync at collective #(\d+): (.*)")
 SILENT_RE = re.compile(r"error: silent_rank detected: rank (\d+) \(host \S+, pid (\d+)")
 GROUP_RE = re.compile(r"^  ranks? ([\d,-]+) \((\d+) of (\d+)\): (.*?)(   <- likely culprit)?$")
@@ -158,6 +162,31 @@ class PythonHangTests(PythonCompanionTestCase):
         self.assertIn("(dist.barrier())", groups["1"][0], res.describe())
         self.assertTrue(groups["1"][1], res.describe())
         self.assertIn("(dist.all_reduce(metric))", groups["0,2"][0], res.describe())
+        self.assert_no_leftovers(timeout=2.0)
+
+    def test_rank_that_skips_a_subgroup_all_reduce(self):
+        # Rank 1 skips its all_reduce in the group of ranks 0 and 1 and goes on into
+        # the loss all_reduce with rank 2; rank 0 waits in the group's for rank 1.
+        res, w = self.run_trouble("subgroup-skip@10:1")
+        self.assertEqual(res.rc, HANG_EXIT, res.describe())
+        stuck = w.first(SUBGROUP_RE, "err")
+        self.assertIsNotNone(stuck, "no stuck_collective report naming the subgroup" + res.describe())
+        culprit, op, group_ranks, waiting, others = stuck[1].group(1, 3, 6, 7, 8)
+        self.assertEqual((culprit, op, group_ranks, waiting, others), ("1", "all_reduce", "0,1", "0", "1,2"),
+                         res.describe())
+        self.assert_detected_in_time(w, stuck, res)
+        hang = self.failure_json()["hang"]
+        self.assertEqual((hang["kind"], hang["culprits"], hang["waiting"]), ("stuck_collective", [1], [0]))
+        self.assertEqual(hang["group_ranks"], [0, 1])
+        self.assertEqual(hang["sequence"], 11)   # the group's 11th all_reduce (steps 0-9 made 10)
+        by_rank = {r["rank"]: r for r in hang["ranks"]}
+        open0 = by_rank[0]["open_collectives"]
+        self.assertEqual([(c["op"], c["sequence"], c.get("group")) for c in open0],
+                         [("all_reduce", 11, hang["group"])], open0)
+        self.assertEqual(by_rank[1]["subgroups"][0]["last_enqueued"], 10)
+        groups = merged_groups(res.err)
+        self.assertIn("(dist.all_reduce(metric.clone(), group=pair))", groups["0"][0], res.describe())
+        self.assertIn("(dist.all_reduce(metric))", groups["1,2"][0], res.describe())
         self.assert_no_leftovers(timeout=2.0)
 
     def test_rank_that_issues_a_different_size(self):

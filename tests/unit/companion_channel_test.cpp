@@ -17,6 +17,7 @@
 #include "announcement_writer.h"
 #include "companion/companion_channel.h"
 #include "companion/companion_messages.h"
+#include "health/heartbeat_proto.h"
 #include "stacks/process_state.h"
 
 namespace ddp {
@@ -79,6 +80,48 @@ TEST(CompanionMessages, HeartbeatBecomesARankReport) {
   EXPECT_EQ(r->recent[1].bytes, 4);
   EXPECT_EQ(r->recent[1].age, 12ms);
   EXPECT_EQ(r->announced, 12u);
+}
+
+TEST(CompanionMessages, HeartbeatCarriesTheSubgroupsCounts) {
+  const auto hello = parse_companion_hello(kHello);
+  const auto r = parse_companion_heartbeat(
+      R"j({"type":"heartbeat","step":3,"phase":"collective","last_enqueued":9,"last_completed":9,
+          "groups":[{"group":"1","ranks":[2,0],"last_enqueued":4,"last_completed":4},
+                    {"group":"2","ranks":[0,1],"last_enqueued":7,"last_completed":6,
+                     "open":{"sequence":7,"op":"all_reduce","bytes":12,"dtype":"float32","state":"started","age_ms":40}},
+                    {"group":"bad","ranks":[-1],"last_enqueued":1},
+                    {"group":"none","ranks":[]},
+                    {"group":"over","ranks":[1],"last_enqueued":2,"last_completed":5}]})j",
+      *hello, 1234, 1, "node-a");
+  ASSERT_TRUE(r);
+  ASSERT_EQ(r->subgroups.size(), 3u) << "groups without valid members are left out";
+  EXPECT_EQ(r->subgroups[0].group, "1");
+  EXPECT_EQ(r->subgroups[0].ranks, std::vector<int>({0, 2}));
+  EXPECT_FALSE(r->subgroups[0].open);
+  const SubgroupProgress& g = r->subgroups[1];
+  EXPECT_EQ(g.ranks, std::vector<int>({0, 1}));
+  EXPECT_EQ(g.last_enqueued, 7u);
+  EXPECT_EQ(g.last_completed, 6u);
+  ASSERT_TRUE(g.open);
+  EXPECT_EQ(g.open->sequence, 7u);
+  EXPECT_EQ(g.open->bytes, 12);
+  EXPECT_EQ(g.open->age, 40ms);
+  EXPECT_EQ(r->subgroups[2].last_completed, 2u) << "never more finished than entered";
+  EXPECT_EQ(subgroup_completed(*r), 4u + 6u + 2u);
+  EXPECT_EQ(r->last_enqueued, 9u) << "the default group's numbers stay its own";
+
+  // What the agent forwards to the coordinator says the same.
+  ::ddplaunch::v1::WorkerHeartbeat hb;
+  to_proto(*r, Duration::zero(), hb);
+  const RankReport back = from_proto(hb, 1, "node-a");
+  ASSERT_EQ(back.subgroups.size(), 3u);
+  EXPECT_EQ(back.subgroups[1].group, "2");
+  EXPECT_EQ(back.subgroups[1].ranks, std::vector<int>({0, 1}));
+  EXPECT_EQ(back.subgroups[1].last_completed, 6u);
+  ASSERT_TRUE(back.subgroups[1].open);
+  EXPECT_EQ(back.subgroups[1].open->op, "all_reduce");
+  EXPECT_EQ(back.subgroups[1].open->age, 40ms);
+  EXPECT_FALSE(back.subgroups[0].open);
 }
 
 TEST(CompanionMessages, HeartbeatFieldsOfTheWrongTypeOrRangeAreIgnored) {

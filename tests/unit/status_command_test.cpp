@@ -43,6 +43,17 @@ TEST(StatusCommand, RendersTheJobAndEveryRank) {
   EXPECT_NE(out[5].find("no heartbeats"), std::string::npos) << out[5];
 }
 
+TEST(StatusCommand, ACollectiveOfAnotherGroupShowsItsGroup) {
+  nlohmann::json s = {{"job_id", "j6"}, {"world_size", 1}, {"nnodes", 1}};
+  s["ranks"] = {{"hang_timeout_s", 10.0},
+                {"ranks",
+                 {rank(0, 0.4, {{{"sequence", 11}, {"op", "all_reduce"}, {"bytes", 4}, {"dtype", "float32"},
+                                 {"state", "started"}, {"age_s", 2.5}, {"group", "1"}, {"group_ranks", {0, 1}}}})}}};
+  const auto out = lines(render_status(s));
+  ASSERT_EQ(out.size(), 3u) << render_status(s);
+  EXPECT_NE(out[2].find("all_reduce #11 group 1 (4 B float32, 2.5 s)"), std::string::npos) << out[2];
+}
+
 TEST(StatusCommand, ListsTheWarningsUnderTheTable) {
   nlohmann::json s = {{"job_id", "j5"}, {"world_size", 2}, {"nnodes", 1}};
   s["ranks"] = {{"hang_timeout_s", 10.0}, {"ranks", {rank(0, 0.4), rank(1, 0.4)}}, {"warnings_total", 1}};

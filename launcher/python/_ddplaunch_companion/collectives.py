@@ -1,14 +1,14 @@
 """The flight record of torch.distributed collectives: wrappers that number
 each call on the default group, note what it moved and whether it finished,
-and follow the default group through init and destroy."""
+and follow the default group through init and destroy. Calls on other groups
+are counted per group (subgroups.py)."""
 
 import functools
 import inspect
 import sys
 import threading
-import weakref
 
-from . import progress, wrapping
+from . import pending_work, progress, subgroups, wrapping
 from .progress import STATE, COLLECTIVE, SEQ, BYTES, DTYPE, STATUS, LAST, leave, perf
 
 # torch.distributed name -> op name in the record (the deprecated aliases are
@@ -23,7 +23,6 @@ COLLECTIVES = {
     "all_to_all_single": "all_to_all_single", "gather": "gather", "scatter": "scatter",
     "barrier": "barrier",
 }
-MAX_PENDING = 64
 
 eager_sender = None   # set by activation: sends a heartbeat from the calling thread
 announcer = None      # set by activation: announcements.Announcements.write
@@ -63,19 +62,24 @@ def _collective_wrapper(op, Tensor):
             if tid in _inside or (W.compiling is not None and W.compiling()):
                 return fn(*args, **kwargs)
             t0 = perf()
-            rec = None
+            rec = sub = None
             pg = S.pg
             if pg is not None:
                 try:
                     group = args[group_at] if len(args) > group_at else kwargs.get("group")
                     if group is None or group is pg:
                         rec = _record(op, args, kwargs, t0, Tensor)
+                    else:
+                        sub = subgroups.enter(group, op, *_signature(args, kwargs, Tensor), t0=t0)
                 except Exception:
                     pass
             _inside.add(tid)
             # The opening of the COLLECTIVE phase, inlined.
             if S.open_depth == 0:
-                S.open_since = S.last_seq if rec is None else rec[SEQ] - 1
+                if rec is not None:
+                    S.open_since = rec[SEQ] - 1
+                else:   # not on the default group: where DDP issued since the last read, read it now
+                    S.open_since = progress.current_seq() if S.fb_from else S.last_seq
                 S.open_fb = False
             S.open_depth += 1
             COLLECTIVE.depth += 1
@@ -92,6 +96,8 @@ def _collective_wrapper(op, Tensor):
             except BaseException:
                 if rec is not None:
                     rec[STATUS] = "failed"
+                if sub is not None:
+                    subgroups.leave(sub, True, None)
                 raise
             finally:
                 _inside.discard(tid)
@@ -99,10 +105,13 @@ def _collective_wrapper(op, Tensor):
                 S.coll_seconds += perf() - t0
                 if rec is not None:
                     rec[LAST] = rec[SEQ]
-            if rec is not None and rec[STATUS] == "started":
+            if sub is not None:
+                is_async = args[async_at] if len(args) > async_at else kwargs.get("async_op")
+                subgroups.leave(sub, False, result if is_async else None)
+            elif rec is not None and rec[STATUS] == "started":
                 is_async = args[async_at] if len(args) > async_at else kwargs.get("async_op")
                 if is_async and result is not None:
-                    _keep_pending(rec, result)
+                    pending_work.keep(S.pending, rec, result)
                 else:
                     rec[STATUS] = "completed"
             return result
@@ -110,10 +119,8 @@ def _collective_wrapper(op, Tensor):
     return make
 
 
-def _record(op, args, kwargs, t0, Tensor):
-    """Appends the record of a call on the default group: sequence, op, bytes
-    and dtype of the tensors passed, state, start time."""
-    S = STATE
+def _signature(args, kwargs, Tensor):
+    """(bytes, dtype name) of the tensors passed to a collective."""
     nbytes = 0
     dtype = None
     for a in (args + tuple(kwargs.values())) if kwargs else args:
@@ -127,6 +134,15 @@ def _record(op, args, kwargs, t0, Tensor):
                     nbytes += x.numel() * x.element_size()
                     if dtype is None:
                         dtype = x.dtype
+    name = _dtype_names.get(dtype)
+    return nbytes, _dtype_name(dtype) if name is None else name
+
+
+def _record(op, args, kwargs, t0, Tensor):
+    """Appends the record of a call on the default group: sequence, op, bytes
+    and dtype of the tensors passed, state, start time."""
+    S = STATE
+    nbytes, dtype = _signature(args, kwargs, Tensor)
     fn = S.seq_fn
     if fn is not None:
         try:
@@ -139,24 +155,9 @@ def _record(op, args, kwargs, t0, Tensor):
     else:
         seq = S.own_seq = S.own_seq + 1
     S.last_seq = seq   # what the next forward/backward starts from (the phase wrappers)
-    name = _dtype_names.get(dtype)
-    rec = [seq, op, nbytes, _dtype_name(dtype) if name is None else name, "started", t0, None]
+    rec = [seq, op, nbytes, dtype, "started", t0, None]
     S.records.append(rec)
     return rec
-
-
-def _keep_pending(rec, work):
-    pending = STATE.pending
-    try:   # a weak reference: we must not keep the Work (and its tensors) alive
-        ref = weakref.ref(work)
-    except TypeError:
-        ref = lambda: work   # noqa: E731 (not weak-referenceable: kept, bounded below)
-    pending.append((rec, ref))
-    if len(pending) > MAX_PENDING:
-        try:
-            del pending[0]
-        except IndexError:
-            pass
 
 
 def _adopt_default_group(c10d, reread_base):
@@ -166,6 +167,8 @@ def _adopt_default_group(c10d, reread_base):
         pg = None
     first = not progress.STATE.group_seen
     progress.set_default_group(pg, reread_base)
+    if pg is None:
+        subgroups.forget_all()   # destroy_process_group ended them all: let them go
     if first and progress.STATE.group_seen and eager_sender is not None:
         eager_sender()   # the rank now takes part: its first heartbeat goes out at once
 

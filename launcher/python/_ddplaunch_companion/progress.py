@@ -1,11 +1,14 @@
 """What a heartbeat says: the step counter, the phase stack, the record of
-recent torch.distributed collectives on the default group, and the heartbeat
-message built from them. The torch wrappers write this state from the
+recent torch.distributed collectives on the default group (and, from
+subgroups.py, the other groups' counts), and the heartbeat message built
+from them. The torch wrappers write this state from the
 training threads without locks (single list/deque operations are atomic
 under the GIL); the heartbeat builder reads it under the channel lock."""
 
 import collections
 import time
+
+from . import pending_work, subgroups
 
 RECENT = 16            # entries a heartbeat carries
 perf = time.perf_counter
@@ -185,29 +188,6 @@ def steps_done():
     return S.steps if S.opt_id is not None else S.fwd_count
 
 
-def _poll_pending(S):
-    """Marks finished async calls completed; returns the oldest open sequence."""
-    oldest = None
-    for item in list(S.pending):
-        rec, ref = item
-        work = ref()
-        try:
-            # A Work the program dropped can no longer be asked: count it done.
-            done = work is None or work.is_completed()
-        except Exception:
-            done = True
-        if done:
-            if rec[STATUS] == "started":
-                rec[STATUS] = "completed"
-            try:
-                S.pending.remove(item)
-            except ValueError:
-                pass
-        elif oldest is None or rec[SEQ] < oldest:
-            oldest = rec[SEQ]
-    return oldest
-
-
 def build_heartbeat(exiting=False):
     """The heartbeat message (caller holds the channel lock)."""
     S = STATE
@@ -216,7 +196,8 @@ def build_heartbeat(exiting=False):
     # record before it issues, so every recorded sequence <= cur is in `recs`.
     cur = current_seq()
     recs = list(S.records)
-    oldest_open = _poll_pending(S)
+    oldest = pending_work.oldest_unfinished(S.pending)
+    oldest_open = None if oldest is None else oldest[SEQ]
     top = cur
     covered = set()
     for r in recs:
@@ -255,7 +236,11 @@ def build_heartbeat(exiting=False):
         phase = S.stack[-1].name
     except IndexError:
         phase = "other"
-    return {"type": "heartbeat", "step": step, "phase": phase,
-            "step_seconds": S.step_seconds, "busy_seconds": S.busy_seconds,
-            "last_enqueued": top, "last_started": top, "last_completed": completed,
-            "recent": recent, "exiting": bool(exiting), "torch": S.torch}
+    msg = {"type": "heartbeat", "step": step, "phase": phase,
+           "step_seconds": S.step_seconds, "busy_seconds": S.busy_seconds,
+           "last_enqueued": top, "last_started": top, "last_completed": completed,
+           "recent": recent, "exiting": bool(exiting), "torch": S.torch}
+    groups = subgroups.heartbeat_entries(now)
+    if groups:
+        msg["groups"] = groups
+    return msg

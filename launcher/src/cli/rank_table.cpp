@@ -12,7 +12,8 @@ namespace {
 std::string open_collective(const nlohmann::json& r) {
   if (!r.contains("open_collectives") || r["open_collectives"].empty()) return "-";
   const auto& c = r["open_collectives"].front();
-  return fmt::format("{} #{} ({} {}, {:.1f} s)", c.value("op", "?"), c.value("sequence", 0),
+  const std::string group = c.contains("group") ? " group " + c.value("group", std::string()) : std::string();
+  return fmt::format("{} #{}{} ({} {}, {:.1f} s)", c.value("op", "?"), c.value("sequence", 0), group,
                      format_bytes(c.value("bytes", int64_t{0})), c.value("dtype", ""), c.value("age_s", 0.0));
 }
 

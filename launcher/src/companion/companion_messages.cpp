@@ -14,6 +14,8 @@ using json = nlohmann::json;
 
 // Caps on what one message may carry: more is cut, not refused.
 constexpr size_t kMaxRecent = 64;
+constexpr size_t kMaxSubgroups = 64;
+constexpr size_t kMaxGroupRanks = 1 << 20;
 constexpr size_t kMaxThreads = 64;
 constexpr size_t kMaxFrames = 256;
 constexpr size_t kMaxText = 4096;
@@ -71,6 +73,49 @@ int int32_field(const json& j, const char* key, int fallback) {
   return v < std::numeric_limits<int>::min() || v > std::numeric_limits<int>::max() ? fallback : static_cast<int>(v);
 }
 
+CollectiveSeen collective_field(const json& c) {
+  CollectiveSeen seen;
+  seen.sequence = sequence_field(c, "sequence");
+  seen.op = text_field(c, "op");
+  seen.bytes = std::max<int64_t>(int_field(c, "bytes", 0), 0);
+  seen.dtype = text_field(c, "dtype");
+  seen.state = text_field(c, "state");
+  seen.age = std::chrono::milliseconds(std::clamp<int64_t>(int_field(c, "age_ms", 0), 0, kMaxAgeMs));
+  return seen;
+}
+
+/// The heartbeat's "groups" (the companion's subgroups.py): the newest are
+/// kept where there are too many; a group without members is left out.
+std::vector<SubgroupProgress> subgroups_field(const json& j) {
+  std::vector<SubgroupProgress> out;
+  const auto groups = j.find("groups");
+  if (groups == j.end() || !groups->is_array()) return out;
+  const size_t skip = groups->size() > kMaxSubgroups ? groups->size() - kMaxSubgroups : 0;
+  for (size_t i = skip; i < groups->size(); ++i) {
+    const json& g = (*groups)[i];
+    if (!g.is_object()) continue;
+    SubgroupProgress p;
+    p.group = text_field(g, "group");
+    const auto ranks = g.find("ranks");
+    if (ranks == g.end() || !ranks->is_array() || ranks->empty() || ranks->size() > kMaxGroupRanks) continue;
+    for (const json& r : *ranks) {
+      if (!r.is_number_integer() || r.get<int64_t>() < 0 || r.get<int64_t>() > std::numeric_limits<int>::max()) {
+        p.ranks.clear();
+        break;
+      }
+      p.ranks.push_back(r.get<int>());
+    }
+    if (p.ranks.empty()) continue;
+    std::sort(p.ranks.begin(), p.ranks.end());
+    p.last_enqueued = sequence_field(g, "last_enqueued");
+    p.last_completed = std::min(sequence_field(g, "last_completed"), p.last_enqueued);
+    const auto open = g.find("open");
+    if (open != g.end() && open->is_object()) p.open = collective_field(*open);
+    out.push_back(std::move(p));
+  }
+  return out;
+}
+
 }  // namespace
 
 CompanionMessageKind companion_message_kind(const std::string& text) {
@@ -126,17 +171,10 @@ std::optional<RankReport> parse_companion_heartbeat(const std::string& text, con
     const size_t skip = recent->size() > kMaxRecent ? recent->size() - kMaxRecent : 0;
     for (size_t i = skip; i < recent->size(); ++i) {
       const json& c = (*recent)[i];
-      if (!c.is_object()) continue;
-      CollectiveSeen seen;
-      seen.sequence = sequence_field(c, "sequence");
-      seen.op = text_field(c, "op");
-      seen.bytes = std::max<int64_t>(int_field(c, "bytes", 0), 0);
-      seen.dtype = text_field(c, "dtype");
-      seen.state = text_field(c, "state");
-      seen.age = std::chrono::milliseconds(std::clamp<int64_t>(int_field(c, "age_ms", 0), 0, kMaxAgeMs));
-      r.recent.push_back(std::move(seen));
+      if (c.is_object()) r.recent.push_back(collective_field(c));
     }
   }
+  r.subgroups = subgroups_field(*j);
   return r;
 }
 

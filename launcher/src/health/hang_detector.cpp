@@ -7,6 +7,7 @@
 
 #include "health/health_view.h"
 #include "health/rank_list.h"
+#include "health/subgroup_waits.h"
 #include "output/byte_size.h"
 
 namespace ddp {
@@ -107,8 +108,9 @@ void HangDetector::on_report(RankReport report, Duration age) {
   if (st.monitored && received < st.received_at) return;  // an older report arriving late
 
   const bool first = !st.monitored;
-  const bool progressed =
-      first || report.step != st.report->step || report.last_completed != st.report->last_completed;
+  const bool progressed = first || report.step != st.report->step ||
+                          report.last_completed != st.report->last_completed ||
+                          subgroup_completed(report) != subgroup_completed(*st.report);
   st.monitored = true;
   st.report = std::make_shared<const RankReport>(std::move(report));
   st.received_at = received;
@@ -339,6 +341,7 @@ std::optional<HangVerdict> HangDetector::stuck_verdict(SteadyTime now) const {
   v.kind = HangKind::kStuckCollective;
   const OpenCollective open = find_open(active, now);
   if (open.sequence == 0) {
+    if (auto sub = subgroup_verdict(active, now, nullptr)) return sub;
     std::string ranks;
     for (size_t i = 0; i < active.size() && i < 8; ++i) {
       const RankReport& r = *ranks_[static_cast<size_t>(active[i])].report;
@@ -364,6 +367,11 @@ std::optional<HangVerdict> HangDetector::stuck_verdict(SteadyTime now) const {
   const std::string label = collective_label(k, open.info ? &*open.info : nullptr);
   const std::string waited = format_seconds(open.waited);
   if (!v.culprits.empty()) {
+    // A rank missing from the default group's collective may itself wait in
+    // a subgroup's, for a member that never entered that one.
+    const std::string then = fmt::format("; meanwhile {} {} waited in {} for {}", rank_word(v.waiting),
+                                         v.waiting.size() == 1 ? "has" : "have", label, waited);
+    if (auto sub = subgroup_verdict(v.culprits, now, &then)) return sub;
     std::string who;
     for (size_t i = 0; i < v.culprits.size() && i < kDescribedRanks; ++i) {
       who += (i ? ", " : "") + describe(v.culprits[i]);
@@ -391,6 +399,34 @@ std::optional<HangVerdict> HangDetector::stuck_verdict(SteadyTime now) const {
                                rank_word(unmonitored));
     }
   }
+  return v;
+}
+
+std::optional<HangVerdict> HangDetector::subgroup_verdict(const std::vector<int>& among, SteadyTime now,
+                                                          const std::string* then) const {
+  std::vector<SubgroupMember> members(ranks_.size());
+  for (size_t i = 0; i < ranks_.size(); ++i) {
+    const RankState& st = ranks_[i];
+    if (!st.monitored) continue;
+    members[i] = SubgroupMember{st.report.get(), now - st.received_at, st.exited};
+  }
+  const std::optional<SubgroupWait> w = find_subgroup_wait(members, among);
+  if (!w) return std::nullopt;
+  HangVerdict v;
+  v.kind = HangKind::kStuckCollective;
+  v.sequence = w->collective.sequence;
+  v.op = w->collective.op;
+  v.culprits = w->missing;
+  v.waiting = w->waiting;
+  v.group = w->group;
+  v.group_ranks = w->group_ranks;
+  std::string who;
+  for (size_t i = 0; i < v.culprits.size() && i < kDescribedRanks; ++i) who += (i ? ", " : "") + describe(v.culprits[i]);
+  if (v.culprits.size() > kDescribedRanks) who += fmt::format(" and {} more", v.culprits.size() - kDescribedRanks);
+  v.summary = fmt::format("{} never entered {} of group {} (ranks {}) that {} {} waited in for {}{}", who,
+                          collective_label(v.sequence, &w->collective), w->group, format_ranks(w->group_ranks),
+                          rank_word(v.waiting), v.waiting.size() == 1 ? "has" : "have", format_seconds(w->waited),
+                          then ? *then : std::string());
   return v;
 }
 
@@ -441,6 +477,10 @@ nlohmann::json HangDetector::details(const HangVerdict& v, SteadyTime now) const
   j["kind"] = to_string(v.kind);
   j["sequence"] = v.sequence;
   j["op"] = v.op;
+  if (!v.group.empty()) {
+    j["group"] = v.group;
+    j["group_ranks"] = v.group_ranks;
+  }
   j["culprits"] = v.culprits;
   j["waiting"] = v.waiting;
   j["summary"] = v.summary;

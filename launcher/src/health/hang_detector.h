@@ -10,6 +10,9 @@
 //    collective) for hang_timeout while heartbeats are fresh; names the
 //    smallest open collective k, the ranks waiting in it and the ranks that
 //    never entered it (the culprits);
+//    (a rank it would blame that itself waits in a collective of another
+//    process group, a Python rank's dist.new_group, passes the blame on to
+//    the member of that group that never entered it);
 //  - desync: two ranks issued different op, bytes or dtype as collective k
 //    (reported at the next check(), no timeout);
 //  - trouble warnings (warnings only, never a verdict): stragglers, a GPU
@@ -19,8 +22,9 @@
 //
 // Ranks that never sent a heartbeat are unmonitored (plain scripts without
 // the runtime): never blamed, listed in reports as supervised by process
-// state only. Sequence numbers are assumed to be one sequence per rank
-// (one process group), as the ddp runtime numbers them.
+// state only. Sequence numbers are one sequence per rank for the default
+// process group, as the ddp runtime numbers them; other groups' collectives
+// are numbered per group (RankReport::subgroups).
 //
 // Ownership and threading: a HangDetector is NOT thread-safe. Its owner
 // (CoordinatorJob) calls every method under its own mutex. It keeps a
@@ -62,6 +66,10 @@ struct HangVerdict {
   std::vector<int> waiting;   // ranks waiting in collective k, ascending
   uint64_t sequence = 0;      // the collective k (0: none)
   std::string op;             // its op where known
+  /// Set where k is a collective of a process group other than the default
+  /// one (numbered within that group): its name and members.
+  std::string group;
+  std::vector<int> group_ranks;
   /// ONE line for the console, e.g. "rank 2 (host h, pid 123, step 41, phase
   /// backward) never entered all_reduce #57 (4.0 MiB float32) that ranks
   /// 0,1,3 have waited in for 3.1 s".
@@ -74,6 +82,7 @@ struct HangVerdict {
   ///  age_s}], exited, role ("culprit"/"waiting"/"other"); unmonitored ranks
   ///  carry "note": "no runtime heartbeats: supervised by process state only";
   ///  every rank the agents sampled has "resources" (metrics/resources_json.h)],
+  ///  "group" and "group_ranks" where the collective is a subgroup's,
   ///  "resource_notes": what the samples before the verdict show, e.g. "rank 3's
   ///  GPU 0 was at 0% for the 40 s before the hang" (ResourceHistory; absent
   ///  when nothing stands out), "warnings": the warnings given before it
@@ -175,6 +184,10 @@ class HangDetector {
   std::optional<HangVerdict> desync_verdict() const;
   std::optional<HangVerdict> silent_verdict(SteadyTime now) const;
   std::optional<HangVerdict> stuck_verdict(SteadyTime now) const;
+  /// The verdict where a rank in `among` waits in a subgroup collective that
+  /// a member never entered (subgroup_waits.h); `then` ends its summary.
+  std::optional<HangVerdict> subgroup_verdict(const std::vector<int>& among, SteadyTime now,
+                                              const std::string* then) const;
   void record_collectives(const RankReport& report);
   std::string describe(int rank) const;
   /// "rank 3 (host h3, pid 103)": how a warning names a rank.

@@ -40,16 +40,26 @@ nlohmann::json rank_view_json(const RankView& rank, WallTime wall_now) {
   j["last_started"] = r.last_started;
   j["last_completed"] = r.last_completed;
   j["exited"] = rank.exited;
+  const auto collective_json = [&rank](const CollectiveSeen& c) {
+    return nlohmann::json{{"sequence", c.sequence}, {"op", c.op},       {"bytes", c.bytes},
+                          {"dtype", c.dtype},       {"state", c.state}, {"age_s", seconds(c.age + rank.heartbeat_age)}};
+  };
   nlohmann::json open = nlohmann::json::array();
-  for (const CollectiveSeen& c : open_collectives(r)) {
-    open.push_back({{"sequence", c.sequence},
-                    {"op", c.op},
-                    {"bytes", c.bytes},
-                    {"dtype", c.dtype},
-                    {"state", c.state},
-                    {"age_s", seconds(c.age + rank.heartbeat_age)}});
+  for (const CollectiveSeen& c : open_collectives(r)) open.push_back(collective_json(c));
+  nlohmann::json groups = nlohmann::json::array();
+  for (const SubgroupProgress& g : r.subgroups) {
+    groups.push_back({{"group", g.group},
+                      {"ranks", g.ranks},
+                      {"last_enqueued", g.last_enqueued},
+                      {"last_completed", g.last_completed}});
+    if (!g.open) continue;
+    nlohmann::json c = collective_json(*g.open);
+    c["group"] = g.group;
+    c["group_ranks"] = g.ranks;
+    open.push_back(std::move(c));
   }
   j["open_collectives"] = std::move(open);
+  if (!groups.empty()) j["subgroups"] = std::move(groups);
   return j;
 }
 

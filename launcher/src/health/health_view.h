@@ -50,7 +50,10 @@ struct HealthView {
 /// "warnings" (when any), then for unmonitored ranks "note" (and "exited"
 /// once exited), for monitored ones "node", "local_rank", "host", "pid",
 /// "step", "phase", "step_seconds", "heartbeat_age_s", "last_enqueued",
-/// "last_started", "last_completed", "exited", "open_collectives"}.
+/// "last_started", "last_completed", "exited", "open_collectives" (the
+/// default group's, then one per subgroup with "group" and "group_ranks"),
+/// "subgroups" (when any: [{"group", "ranks", "last_enqueued",
+/// "last_completed"}])}.
 nlohmann::json rank_view_json(const RankView& rank, WallTime wall_now);
 
 /// The whole view, as HangDetector::snapshot() documents it.

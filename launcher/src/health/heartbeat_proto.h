@@ -32,6 +32,19 @@ inline Duration heartbeat_age(int64_t ms) {
   return std::chrono::milliseconds(std::clamp<int64_t>(ms, 0, kMaxHeartbeatAgeMs));
 }
 
+inline CollectiveSeen from_proto(const ::ddplaunch::v1::CollectiveRecord& c) {
+  return CollectiveSeen{c.sequence(), c.op(), c.bytes(), c.dtype(), c.state(), heartbeat_age(c.age_ms())};
+}
+
+inline void to_proto(const CollectiveSeen& c, ::ddplaunch::v1::CollectiveRecord& out) {
+  out.set_sequence(c.sequence);
+  out.set_op(c.op);
+  out.set_bytes(c.bytes);
+  out.set_dtype(c.dtype);
+  out.set_state(c.state);
+  out.set_age_ms(std::chrono::duration_cast<std::chrono::milliseconds>(c.age).count());
+}
+
 /// node_rank and host are the agent's (the worker does not send them).
 inline RankReport from_proto(const ::ddplaunch::v1::WorkerHeartbeat& hb, int node_rank, const std::string& host) {
   RankReport r;
@@ -49,9 +62,16 @@ inline RankReport from_proto(const ::ddplaunch::v1::WorkerHeartbeat& hb, int nod
   r.last_completed = hb.last_completed();
   r.exiting = hb.exiting();
   r.recent.reserve(static_cast<size_t>(hb.recent_size()));
-  for (const auto& c : hb.recent()) {
-    r.recent.push_back(CollectiveSeen{c.sequence(), c.op(), c.bytes(), c.dtype(), c.state(),
-                                      heartbeat_age(c.age_ms())});
+  for (const auto& c : hb.recent()) r.recent.push_back(from_proto(c));
+  r.subgroups.reserve(static_cast<size_t>(hb.subgroups_size()));
+  for (const auto& g : hb.subgroups()) {
+    SubgroupProgress p;
+    p.group = g.group();
+    p.ranks.assign(g.ranks().begin(), g.ranks().end());
+    p.last_enqueued = g.last_enqueued();
+    p.last_completed = g.last_completed();
+    if (g.has_open()) p.open = from_proto(g.open());
+    r.subgroups.push_back(std::move(p));
   }
   return r;
 }
@@ -68,14 +88,14 @@ inline void to_proto(const RankReport& r, Duration held, ::ddplaunch::v1::Worker
   hb.set_last_started(r.last_started);
   hb.set_last_completed(r.last_completed);
   hb.set_exiting(r.exiting);
-  for (const CollectiveSeen& c : r.recent) {
-    auto* out = hb.add_recent();
-    out->set_sequence(c.sequence);
-    out->set_op(c.op);
-    out->set_bytes(c.bytes);
-    out->set_dtype(c.dtype);
-    out->set_state(c.state);
-    out->set_age_ms(std::chrono::duration_cast<std::chrono::milliseconds>(c.age).count());
+  for (const CollectiveSeen& c : r.recent) to_proto(c, *hb.add_recent());
+  for (const SubgroupProgress& g : r.subgroups) {
+    auto* out = hb.add_subgroups();
+    out->set_group(g.group);
+    out->mutable_ranks()->Add(g.ranks.begin(), g.ranks.end());
+    out->set_last_enqueued(g.last_enqueued);
+    out->set_last_completed(g.last_completed);
+    if (g.open) to_proto(*g.open, *out->mutable_open());
   }
   hb.set_held_ms(std::chrono::duration_cast<std::chrono::milliseconds>(held).count());
 }

@@ -38,6 +38,12 @@ std::vector<CollectiveSeen> open_collectives(const RankReport& r) {
   return out;
 }
 
+uint64_t subgroup_completed(const RankReport& r) {
+  uint64_t total = 0;
+  for (const SubgroupProgress& g : r.subgroups) total += g.last_completed;
+  return total;
+}
+
 WorkerPhase activity_of(const RankReport& r) {
   return r.phase == WorkerPhase::kCollective || !open_collectives(r).empty() ? WorkerPhase::kCollective : r.phase;
 }

@@ -34,6 +34,18 @@ struct CollectiveSeen {
 /// "unknown", and such an entry matches any op.
 inline bool collective_op_known(const std::string& op) { return !op.empty() && op != "unknown"; }
 
+/// A Python rank's count of the collectives it called on one process group
+/// other than the default one (dist.new_group). The companion numbers each
+/// group's calls itself; every member calls them in the same order, so the
+/// numbers match across members. Not part of the default group's sequence.
+struct SubgroupProgress {
+  std::string group;         // torch's name for the group, alike on every member
+  std::vector<int> ranks;    // its members' global ranks, ascending
+  uint64_t last_enqueued = 0;
+  uint64_t last_completed = 0;
+  std::optional<CollectiveSeen> open;  // the oldest of its collectives the rank has open
+};
+
 struct RankReport {
   int rank = -1;
   int node_rank = -1;
@@ -48,6 +60,7 @@ struct RankReport {
   uint64_t last_started = 0;
   uint64_t last_completed = 0;
   std::vector<CollectiveSeen> recent;  // the last few collectives, oldest first
+  std::vector<SubgroupProgress> subgroups;  // the groups it used last (Python ranks only)
   bool exiting = false;            // its last heartbeat: the worker is leaving
   uint64_t announced = 0;          // Python companion: collectives it had announced when this
                                    // report was made (collective_announcements.h)
@@ -63,6 +76,10 @@ struct RankReport {
 /// the flight-record tail shows none although last_enqueued is above
 /// last_completed, the next one is open with its details unknown.
 std::vector<CollectiveSeen> open_collectives(const RankReport& r);
+
+/// The collectives the rank finished on its subgroups, all together: a
+/// change is progress.
+uint64_t subgroup_completed(const RankReport& r);
 
 /// Where the heartbeat found the rank: kCollective when it had a collective
 /// open (it waits for its peers or the network), else its phase.

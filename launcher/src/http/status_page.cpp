@@ -170,7 +170,8 @@ function render(s) {
 
   document.getElementById("collectives").innerHTML = open.length ?
     "<table><tr><th>rank</th><th>op</th><th>seq</th><th>bytes</th><th>dtype</th><th>state</th><th>age</th></tr>" +
-    open.map(([rank, c]) => "<tr><td class=\"num\">" + esc(rank) + "</td><td>" + esc(c.op) + "</td><td class=\"num\">" +
+    open.map(([rank, c]) => "<tr><td class=\"num\">" + esc(rank) + "</td><td>" + esc(c.op) +
+      (c.group !== undefined ? " (group " + esc(c.group) + ")" : "") + "</td><td class=\"num\">" +
       esc(c.sequence) + "</td><td class=\"num\">" + esc(bytes(c.bytes)) + "</td><td>" + esc(c.dtype) + "</td><td>" +
       esc(c.state) + "</td><td class=\"num\">" + secs(c.age_s) + "</td></tr>").join("") + "</table>" : "<p>none</p>";
 

@@ -11,6 +11,10 @@ and all-reduces the loss for logging.
       skip          the rank skips the loss all_reduce at STEP, then every rank enters a
                     barrier at the end: the others wait in the all_reduce it skipped
       size          the rank all-reduces a tensor of a different size at STEP
+      subgroup-skip ranks 0 and 1 also all-reduce the loss in their own group
+                    (dist.new_group([0, 1])) every step; the rank (0 or 1) skips that
+                    at STEP and goes on into the loss all_reduce on every rank, where
+                    its partner, waiting in the group's, never arrives
       raise         the rank raises ValueError at STEP (no @record anywhere)
       loader-crash  the rank's DataLoader worker raises at STEP
   --steps N         default 1000000 (the trouble ends the run long before)
@@ -30,7 +34,7 @@ import torch.distributed as dist
 import torch.nn as nn
 from torch.utils.data import DataLoader, Dataset
 
-TROUBLES = ("data-hang", "skip", "size", "raise", "loader-crash")
+TROUBLES = ("data-hang", "skip", "size", "raise", "loader-crash", "subgroup-skip")
 
 
 def parse_trouble(text):
@@ -78,6 +82,7 @@ def main():
     dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=120))
     rank = dist.get_rank()
     mine = rank == who
+    pair = dist.new_group([0, 1]) if kind == "subgroup-skip" else None
     torch.manual_seed(0)
     model = nn.parallel.DistributedDataParallel(
         nn.Sequential(nn.Linear(32, 64), nn.ReLU(), nn.Linear(64, 10)))
@@ -100,6 +105,11 @@ def main():
         loss.backward()
         opt.step()
         metric = loss.detach().reshape(1)
+        if pair is not None and rank in (0, 1):
+            if mine and step == at:
+                announce(kind, step, rank)
+            else:
+                dist.all_reduce(metric.clone(), group=pair)
         if mine and kind == "size" and step == at:
             announce(kind, step, rank)
             metric = torch.zeros(1000)
