@@ -327,8 +327,13 @@ class AgentSessionFailoverTest : public AgentSessionTest {
     ASSERT_TRUE(eventually([&] { return coordinator.heartbeats.load() > before + 1; }));
     clock.advance(16s);
     ASSERT_TRUE(eventually([&] { return session->stop_requested(); }));
+    // The session sets the flag, then writes the eventfd: the write may come a moment later.
     uint64_t count = 0;
-    ASSERT_EQ(read(wakeup, &count, sizeof count), static_cast<ssize_t>(sizeof count)) << "the event loop was woken";
+    bool woken = false;  // a read takes the count: asked again, it would fail
+    ASSERT_TRUE(eventually([&] {
+      woken = woken || read(wakeup, &count, sizeof count) == static_cast<ssize_t>(sizeof count);
+      return woken;
+    })) << "the event loop was woken";
     coordinator.unreachable = false;
   }
   FakeFailover failover;
