@@ -52,6 +52,7 @@ case "$mode" in
     (cd "$build" && ctest --output-on-failure) || { status=1; bash "$repo/tests/failed_test_tails.sh" "$build" >>"$DDP_TEST_TAILS"; }
     echo "test suite: $((SECONDS - t0)) s: $([[ $status == 0 ]] && echo passed || echo "FAILED: $(tr '\n' ' ' <"$failed_list" 2>/dev/null)")" |
       tee -a "$DDP_TEST_SUMMARY"
+    [[ $status == 0 ]] || bash "$repo/tests/failed_test_tails.sh" --why "$build" >>"$DDP_TEST_SUMMARY"
     for stage in ${DDP_SANITIZER_STAGES-address thread}; do
       bash "$repo/tests/sanitizers/run.sh" "$stage" "$build" || status=1
     done

@@ -118,14 +118,19 @@ class TorchProgressTest(CompanionTestCase):
         self.assertEqual(rank0.finish(), 0, rank0.stderr_text())
         self.assertEqual(rank1.finish(), 0, rank1.stderr_text())
 
+    def start_pair(self, name):
+        """Ranks 0 (with the companion) and 1 (without) of a world of 2 running
+        scripts/NAME; rank 0's connection."""
+        init = self.tmp / "init"
+        rank0 = self.start(name, 0, init, env=self.rank_env(GLOO_SOCKET_IFNAME="lo"))
+        rank1 = self.start(name, 1, init, env=self.rank_env(companion=False, GLOO_SOCKET_IFNAME="lo"))
+        conn, _ = self.accept_rank(rank0)
+        return rank0, rank1, conn
+
     def test_subgroup_collectives(self):
         # Calls on other groups are counted per group, apart from the default
         # group's sequence; a group this rank is no member of is not counted.
-        init = self.tmp / "init"
-        rank0 = self.start("subgroup_collective.py", 0, init, env=self.rank_env(GLOO_SOCKET_IFNAME="lo"))
-        rank1 = self.start("subgroup_collective.py", 1, init,
-                           env=self.rank_env(companion=False, GLOO_SOCKET_IFNAME="lo"))
-        conn, _ = self.accept_rank(rank0)
+        rank0, rank1, conn = self.start_pair("subgroup_collective.py")
         rank0.wait_line(lambda l: l == "waiting", 60, "waiting")
         hb = conn.wait_for(lambda m: heartbeat(m) and m["phase"] == "collective" and m.get("groups"),
                            30, "heartbeat in the subgroup's all_reduce")
@@ -148,6 +153,35 @@ class TorchProgressTest(CompanionTestCase):
         pair = hb["groups"][0]
         self.assertEqual(pair["last_completed"], 3, pair)
         self.assertNotIn("open", pair)
+        self.assertEqual(rank0.finish(), 0, rank0.stderr_text())
+        self.assertEqual(rank1.finish(), 0, rank1.stderr_text())
+
+    def test_ddp_on_a_subgroup(self):
+        # DDP's collectives on its process_group= are counted by that group's own
+        # counter: open while forward or backward waits in them (the second
+        # forward broadcasts the rebuilt buckets), finished once it returns.
+        rank0, rank1, conn = self.start_pair("ddp_subgroup.py")
+        rank0.wait_line(lambda l: l == "stepped", 60, "stepped")
+        hb = conn.wait_for(lambda m: heartbeat(m) and m["phase"] in ("forward", "backward") and m.get("groups") and
+                           "open" in m["groups"][0], 30, "heartbeat in DDP's all-reduce on the group")
+        self.assertEqual(len(hb["groups"]), 1, hb["groups"])
+        group = hb["groups"][0]
+        self.assertEqual(group["ranks"], [0, 1])
+        waiting_in = group["open"]["sequence"]
+        # DDP's set-up and step 1's all-reduce came first, on this group only
+        self.assertGreaterEqual(waiting_in, 2, group)
+        self.assertEqual((group["last_enqueued"], group["last_completed"]), (waiting_in, waiting_in - 1))
+        self.assertEqual((group["open"]["op"], group["open"]["state"]), ("all_reduce", "started"))
+        self.assertEqual(hb["last_completed"], hb["last_enqueued"], "nothing is open on the default group")
+
+        rank1.write("\n")
+        rank0.wait_line(lambda l: l == "done", 60, "done")
+        hb = conn.wait_for(lambda m: heartbeat(m) and m["phase"] == "other" and m["step"] == 2, 30,
+                           "idle heartbeat")
+        group = hb["groups"][0]
+        self.assertGreater(group["last_enqueued"], waiting_in, group)   # step 2's all-reduce came after
+        self.assertEqual(group["last_completed"], group["last_enqueued"], group)
+        self.assertNotIn("open", group)
         self.assertEqual(rank0.finish(), 0, rank0.stderr_text())
         self.assertEqual(rank1.finish(), 0, rank1.stderr_text())
 

@@ -3,8 +3,9 @@ through the Python companion that ddplaunch injects into every Python rank.
 
 Each job runs workers/torch_ddp_trouble.py, a plain DDP script that knows nothing of
 ddplaunch, on 3 ranks with --heartbeat-interval 0.5 and a short hang timeout, and
-injects one trouble (a rank blocked in data loading, a skipped all_reduce, one skipped
-in a subgroup, a different tensor size, an exception, a crash in a DataLoader worker),
+injects one trouble (a rank blocked in data loading, also with DDP on a subgroup, a
+skipped all_reduce, one skipped in a subgroup, a different tensor size, an exception, a
+crash in a DataLoader worker),
 or is stopped from outside
 with SIGSTOP. The tests check who is named and how fast (from the trouble line the rank
 prints to the report line, this process's clock), the merged stacks (ranks grouped by
@@ -72,8 +73,8 @@ class PythonCompanionTestCase(LauncherTestCase):
         t_exit = watch.run_to_exit(timeout)
         return self.finish(launch, timeout=0.1 if t_exit else 1.0), t_exit
 
-    def run_trouble(self, trouble, timeout=90):
-        launch, w = self.start_script("--trouble", trouble)
+    def run_trouble(self, trouble, *script_args, timeout=90):
+        launch, w = self.start_script("--trouble", trouble, *script_args)
         res, t_exit = self.finish_watched(launch, w, timeout)
         self.assertIsNotNone(t_exit, "ddplaunch did not exit" + res.describe())
         return res, w
@@ -164,20 +165,27 @@ class PythonHangTests(PythonCompanionTestCase):
         self.assertIn("(dist.all_reduce(metric))", groups["0,2"][0], res.describe())
         self.assert_no_leftovers(timeout=2.0)
 
-    def test_rank_that_skips_a_subgroup_all_reduce(self):
-        # Rank 1 skips its all_reduce in the group of ranks 0 and 1 and goes on into
-        # the loss all_reduce with rank 2; rank 0 waits in the group's for rank 1.
-        res, w = self.run_trouble("subgroup-skip@10:1")
+    def assert_pair_member_blamed(self, res, w, meanwhile):
+        """The report blames rank 1 alone for an all_reduce of the group of ranks 0
+        and 1 that rank 0 waits in, `meanwhile` waiting elsewhere, in time; the hang
+        of failure.json."""
         self.assertEqual(res.rc, HANG_EXIT, res.describe())
         stuck = w.first(SUBGROUP_RE, "err")
         self.assertIsNotNone(stuck, "no stuck_collective report naming the subgroup" + res.describe())
         culprit, op, group_ranks, waiting, others = stuck[1].group(1, 3, 6, 7, 8)
-        self.assertEqual((culprit, op, group_ranks, waiting, others), ("1", "all_reduce", "0,1", "0", "1,2"),
+        self.assertEqual((culprit, op, group_ranks, waiting, others), ("1", "all_reduce", "0,1", "0", meanwhile),
                          res.describe())
         self.assert_detected_in_time(w, stuck, res)
         hang = self.failure_json()["hang"]
         self.assertEqual((hang["kind"], hang["culprits"], hang["waiting"]), ("stuck_collective", [1], [0]))
         self.assertEqual(hang["group_ranks"], [0, 1])
+        return hang
+
+    def test_rank_that_skips_a_subgroup_all_reduce(self):
+        # Rank 1 skips its all_reduce in the group of ranks 0 and 1 and goes on into
+        # the loss all_reduce with rank 2; rank 0 waits in the group's for rank 1.
+        res, w = self.run_trouble("subgroup-skip@10:1")
+        hang = self.assert_pair_member_blamed(res, w, meanwhile="1,2")
         self.assertEqual(hang["sequence"], 11)   # the group's 11th all_reduce (steps 0-9 made 10)
         by_rank = {r["rank"]: r for r in hang["ranks"]}
         open0 = by_rank[0]["open_collectives"]
@@ -187,6 +195,28 @@ class PythonHangTests(PythonCompanionTestCase):
         groups = merged_groups(res.err)
         self.assertIn("(dist.all_reduce(metric.clone(), group=pair))", groups["0"][0], res.describe())
         self.assertIn("(dist.all_reduce(metric))", groups["1,2"][0], res.describe())
+        self.assert_no_leftovers(timeout=2.0)
+
+    def test_rank_blocked_in_data_loading_under_ddp_on_a_subgroup(self):
+        # DDP runs on process_group=new_group([0, 1]) (rank 2 on a group of its own). Rank 1
+        # blocks in its data loading: rank 0 waits in DDP's gradient all-reduce on the
+        # pair's group (issued in C++, counted by torch's counter of that group), rank 2 in
+        # the loss all_reduce that ranks 0 and 1 never reach. Only rank 1 is to blame.
+        res, w = self.run_trouble("data-hang@10:1", "--ddp-groups")
+        hang = self.assert_pair_member_blamed(res, w, meanwhile="2")
+        self.assertIn("phase data", hang["summary"], hang)
+        by_rank = {r["rank"]: r for r in hang["ranks"]}
+        pair0 = [g for g in by_rank[0]["subgroups"] if g["group"] == hang["group"]][0]
+        pair1 = [g for g in by_rank[1]["subgroups"] if g["group"] == hang["group"]][0]
+        # DDP made steps 0-9's all-reduces on the pair's group (and its set-up ones before)
+        self.assertEqual(pair0["last_enqueued"], hang["sequence"], pair0)
+        self.assertEqual(pair1["last_enqueued"], hang["sequence"] - 1, pair1)
+        self.assertGreaterEqual(hang["sequence"], 11, hang)
+        groups = merged_groups(res.err)
+        self.assertIn("(loss.backward())", groups["0"][0], res.describe())
+        self.assertRegex(groups["1"][0], r"__getitem__ \(time\.sleep\(3600\)\)$", res.describe())
+        self.assertTrue(groups["1"][1], res.describe())
+        self.assertIn("(dist.all_reduce(metric))", groups["2"][0], res.describe())
         self.assert_no_leftovers(timeout=2.0)
 
     def test_rank_that_issues_a_different_size(self):

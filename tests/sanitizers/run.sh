@@ -82,11 +82,13 @@ t_build=$((SECONDS - t0))
 
 status=0
 failed=()
+why_lines=""  # one line per failed test (failed_test_tails.sh --why), for the summary
 # Names the tests the last ctest run in $build recorded as failed.
 collect_failed() {
   local list=$build/Testing/Temporary/LastTestsFailed.log
   # DDP_TEST_TAILS: deploy/setup.sh's file of the failed tests' last lines.
   bash "$(dirname "${BASH_SOURCE[0]}")/../failed_test_tails.sh" "$build" >>"${DDP_TEST_TAILS:-/dev/null}"
+  why_lines+=$(bash "$(dirname "${BASH_SOURCE[0]}")/../failed_test_tails.sh" --why "$build")$'\n'
   [[ -f $list ]] && mapfile -t -O "${#failed[@]}" failed < <(cut -d: -f2- "$list")
   rm -f "$list"
 }
@@ -119,4 +121,5 @@ fi
 # DDP_TEST_SUMMARY: deploy/setup.sh's file of one line per part of the suite.
 echo "sanitizers ($mode): build ${t_build} s, test executables ${t_tests} s, integration ${t_integration} s: $result" |
   tee -a "${DDP_TEST_SUMMARY:-/dev/null}"
+[[ -z ${why_lines//$'\n'/} ]] || grep -v '^$' <<<"$why_lines" | tee -a "${DDP_TEST_SUMMARY:-/dev/null}"
 exit $status

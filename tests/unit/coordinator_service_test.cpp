@@ -16,6 +16,7 @@
 #include "coordinator/coordinator_client.h"
 #include "coordinator/coordinator_server.h"
 #include "coordinator/coordinator_service.h"
+#include "coordinator/grpc_status.h"
 #include "coordinator/job_stop_proto.h"
 #include "health/heartbeat_proto.h"
 
@@ -116,6 +117,43 @@ TEST_F(CoordinatorServiceTest, WrongTokenIsUnauthenticatedAndUnknownJobNotFound)
   EXPECT_EQ(wrong.code(), StatusCode::kUnauthenticated);
   EXPECT_EQ(wrong.message().find("secret"), std::string::npos);  // never echoes the token
   EXPECT_EQ(client("secret", "other")->heartbeat(0, 0, 2s).code(), StatusCode::kNotFound);
+}
+
+// The coordinator marks its own refusals, so a joiner keeps "rendezvous timed
+// out" even when node 0 has exited (and its port refuses) by the time the
+// joiner reads the answer: a closed connection alone would look unreachable.
+TEST_F(CoordinatorServiceTest, ItsRefusalsCarryTheCoordinatorsMark) {
+  auto stub = pb::Coordinator::NewStub(server.in_process_channel());
+  const auto join = [&stub](const std::string& token, int64_t timeout_ms, grpc::ClientContext& ctx,
+                            const std::string& job = "job") {
+    pb::JoinRequest req;
+    req.mutable_auth()->set_job_id(job);
+    req.mutable_auth()->set_token(token);
+    req.set_host("host0");
+    req.set_nproc(4);
+    req.set_node_rank(0);
+    req.set_nnodes(2);
+    req.set_join_timeout_ms(timeout_ms);
+    pb::JoinReply reply;
+    return stub->Join(&ctx, req, &reply);
+  };
+  const auto marked = [](const grpc::ClientContext& ctx) {
+    return ctx.GetServerTrailingMetadata().count(kCoordinatorAnsweredKey) == 1;
+  };
+  grpc::ClientContext timed_out_ctx;
+  const grpc::Status timed_out = join("secret", 200, timed_out_ctx);  // node 1 never comes
+  EXPECT_EQ(timed_out.error_code(), grpc::StatusCode::DEADLINE_EXCEEDED);
+  EXPECT_NE(timed_out.error_message().find("rendezvous timed out"), std::string::npos) << timed_out.error_message();
+  EXPECT_TRUE(marked(timed_out_ctx));
+  grpc::ClientContext refused_ctx;
+  EXPECT_EQ(join("guess", 200, refused_ctx).error_code(), grpc::StatusCode::UNAUTHENTICATED);
+  EXPECT_TRUE(marked(refused_ctx));
+  // gRPC's own deadline, with no answer from the coordinator, is not marked.
+  server.coordinator().create_job("quiet", "secret", {2, 4, 0});
+  grpc::ClientContext expired_ctx;
+  expired_ctx.set_deadline(std::chrono::system_clock::now() + 100ms);
+  EXPECT_EQ(join("secret", 10'000, expired_ctx, "quiet").error_code(), grpc::StatusCode::DEADLINE_EXCEEDED);
+  EXPECT_FALSE(marked(expired_ctx));
 }
 
 TEST_F(CoordinatorServiceTest, MismatchedAgentIsRefusedAndTheJobGoesOn) {

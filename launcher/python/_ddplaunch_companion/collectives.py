@@ -105,15 +105,17 @@ def _collective_wrapper(op, Tensor):
                 S.coll_seconds += perf() - t0
                 if rec is not None:
                     rec[LAST] = rec[SEQ]
-            if sub is not None:
+            if rec is not None or sub is not None:
+                # async_op=True: finished when its Work is (polled by the heartbeat)
                 is_async = args[async_at] if len(args) > async_at else kwargs.get("async_op")
-                subgroups.leave(sub, False, result if is_async else None)
-            elif rec is not None and rec[STATUS] == "started":
-                is_async = args[async_at] if len(args) > async_at else kwargs.get("async_op")
-                if is_async and result is not None:
-                    pending_work.keep(S.pending, rec, result)
-                else:
-                    rec[STATUS] = "completed"
+                work = result if is_async else None
+                if sub is not None:
+                    subgroups.leave(sub, False, work)
+                elif rec[STATUS] == "started":
+                    if work is not None:
+                        pending_work.keep(S.pending, rec, work)
+                    else:
+                        rec[STATUS] = "completed"
             return result
         return wrapper
     return make
@@ -173,15 +175,23 @@ def _adopt_default_group(c10d, reread_base):
         eager_sender()   # the rank now takes part: its first heartbeat goes out at once
 
 
-def _group_change_wrapper(c10d, reread_base):
+def _then(after):
+    """A wrapper that calls after(result) once the original returned."""
     def make(fn):
         @functools.wraps(fn)
         def wrapper(*args, **kwargs):
             result = fn(*args, **kwargs)
-            _adopt_default_group(c10d, reread_base)
+            after(result)
             return result
         return wrapper
     return make
+
+
+def _group_created(pg):
+    try:
+        subgroups.created(pg)
+    except Exception:   # never break the user's new_group
+        pass
 
 
 def patch(dist):
@@ -190,14 +200,20 @@ def patch(dist):
     torch = sys.modules.get("torch")
     if c10d is None or torch is None:
         return
-    for name, op in sorted(COLLECTIVES.items()):
+    def replace_in_both(name, make):
+        """The same wrapper object in c10d and in torch.distributed, where the
+        latter re-exports the function."""
         public = getattr(dist, name, None)
-        wrapper = wrapping.replace(c10d, name, _collective_wrapper(op, torch.Tensor))
+        wrapper = wrapping.replace(c10d, name, make)
         if wrapper is not None and public is wrapper.__wrapped__:
-            setattr(dist, name, wrapper)   # the same wrapper object in both modules
-    init = wrapping.replace(c10d, "init_process_group", _group_change_wrapper(c10d, True))
-    if init is not None and getattr(dist, "init_process_group", None) is init.__wrapped__:
-        dist.init_process_group = init
+            setattr(dist, name, wrapper)
+
+    for name, op in sorted(COLLECTIVES.items()):
+        replace_in_both(name, _collective_wrapper(op, torch.Tensor))
+    replace_in_both("init_process_group", _then(lambda _: _adopt_default_group(c10d, True)))
+    # Where a group is made: torch >= 2.1 (DeviceMesh too) goes through the second.
+    for name in ("new_group", "_new_group_with_tag"):
+        replace_in_both(name, _then(_group_created))
     # Every path that sets or clears the default group goes through this one.
-    wrapping.replace(c10d, "_update_default_pg", _group_change_wrapper(c10d, False))
+    wrapping.replace(c10d, "_update_default_pg", _then(lambda _: _adopt_default_group(c10d, False)))
     _adopt_default_group(c10d, True)

@@ -38,7 +38,7 @@ class State(object):
     __slots__ = ("sending", "stack", "open_depth", "open_since", "open_fb", "fb_ranges",
                  "fb_from", "records", "pending", "seen", "pg", "seq_fn", "base", "own_seq", "last_seq",
                  "steps", "opt_id", "fwd_count", "t_step", "step_seconds", "busy_seconds",
-                 "coll_seconds", "coll_at_step", "torch", "group_seen")
+                 "coll_seconds", "coll_at_step", "torch", "group_seen", "ddp_groups")
 
     def __init__(self):
         self.sending = False          # this is the claimed, connected rank process
@@ -70,6 +70,7 @@ class State(object):
         self.coll_seconds = 0.0       # total time inside wrapped collectives
         self.coll_at_step = 0.0
         self.torch = None             # torch.__version__ once torch is imported
+        self.ddp_groups = []          # subgroups.Group of each non-default group a DDP module runs on
 
 
 STATE = State()
@@ -142,10 +143,13 @@ def leave(phase):
         if S.open_depth > 1:
             S.open_depth -= 1
             return
-        if S.open_fb and not S.fb_from:
-            # What DDP issued in there ends where the counter is next read
-            # (a recorded collective or a heartbeat): no call into torch here.
-            S.fb_from = S.open_since + 1
+        if S.open_fb:
+            if not S.fb_from:
+                # What DDP issued in there ends where the counter is next read
+                # (a recorded collective or a heartbeat): no call into torch here.
+                S.fb_from = S.open_since + 1
+            if S.ddp_groups:
+                subgroups.ddp_phase_closed()
         S.open_depth = 0
 
 

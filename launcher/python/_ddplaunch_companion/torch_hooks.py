@@ -10,7 +10,7 @@ import sys
 import types
 import weakref
 
-from . import collectives, progress, wrapping
+from . import collectives, progress, subgroups, wrapping
 from .progress import BACKWARD, CHECKPOINT, DATA, FORWARD, OPTIMIZER, STATE, leave
 
 
@@ -110,6 +110,8 @@ def _phase_wrapper(phase, after=None, nested_passes=False):
                     # last known count is exact.
                     S.open_since = current_seq() if S.fb_from else S.last_seq
                     S.open_fb = True
+                    if S.ddp_groups:   # DDP modules on other groups issue there too
+                        subgroups.ddp_phase_opened()
                 S.open_depth += 1
             phase.depth += 1
             stack.append(phase)
@@ -139,9 +141,22 @@ def _patch_dataloader(module):
     wrapping.replace(owner, "__next__", _phase_wrapper(DATA))
 
 
+def _ddp_init_wrapper(fn):
+    @functools.wraps(fn)
+    def init(self, *args, **kwargs):
+        result = fn(self, *args, **kwargs)
+        try:   # a module on another group than the default one: its collectives are counted there
+            subgroups.used_by_ddp(getattr(self, "process_group", None))
+        except Exception:
+            pass
+        return result
+    return init
+
+
 def _patch_ddp(module):
     owner = getattr(module, "DistributedDataParallel", None)
     wrapping.replace(owner, "forward", _phase_wrapper(FORWARD, progress.forward_done))
+    wrapping.replace(owner, "__init__", _ddp_init_wrapper)
 
 
 # ---------------------------------------------------------------- optimizer

@@ -193,7 +193,10 @@ Status CoordinatorClient::join(const JoinParams& p, int max_restarts, Duration t
   // Never connected: Unavailable (nobody answers there), unlike a coordinator
   // that answered with its own rendezvous timeout (DeadlineExceeded).
   if (gave_up && s.code() == StatusCode::kCancelled) s = {StatusCode::kUnavailable, "Deadline Exceeded"};
-  if (!s.ok() && c->diagnosis && c->channel->GetState(false) != GRPC_CHANNEL_READY &&
+  // The coordinator's own refusal stands, though its node may have shut the
+  // connection down since (node 0 exits at the rendezvous timeout it sent).
+  const bool coordinator_answered = ctx.GetServerTrailingMetadata().count(kCoordinatorAnsweredKey) > 0;
+  if (!s.ok() && !coordinator_answered && c->diagnosis && c->channel->GetState(false) != GRPC_CHANNEL_READY &&
       (s.code() == StatusCode::kUnavailable || s.code() == StatusCode::kDeadlineExceeded)) {
     // gRPC's own words ("Deadline Exceeded") name no cause: say what the network says.
     const std::string why = c->diagnosis->finish_within(std::chrono::milliseconds(3000));

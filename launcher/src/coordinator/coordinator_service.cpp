@@ -45,6 +45,7 @@ void CoordinatorService::finish(Ctx* ctx, Reactor* reactor, const Status& status
   if (!status.ok() && status.code() != StatusCode::kDeadlineExceeded) {
     spdlog::warn("coordinator: {} from {} refused: {}", rpc, ctx->peer(), status.message());
   }
+  if (!status.ok()) ctx->AddTrailingMetadata(kCoordinatorAnsweredKey, "1");
   reactor->Finish(to_grpc(status));
 }
 

@@ -10,6 +10,12 @@
 
 namespace ddp {
 
+/// Trailing metadata key the coordinator puts on every refusal it sends. A
+/// client can then tell the coordinator's own answer ("rendezvous timed out",
+/// DeadlineExceeded) from a transport failure with the same code, even when
+/// the connection has closed by the time the client looks at it.
+inline constexpr char kCoordinatorAnsweredKey[] = "ddplaunch-coordinator-answered";
+
 inline grpc::Status to_grpc(const Status& s) {
   return s.ok() ? grpc::Status::OK : grpc::Status(static_cast<grpc::StatusCode>(s.code()), s.message());
 }

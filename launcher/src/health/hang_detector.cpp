@@ -408,7 +408,7 @@ std::optional<HangVerdict> HangDetector::subgroup_verdict(const std::vector<int>
   for (size_t i = 0; i < ranks_.size(); ++i) {
     const RankState& st = ranks_[i];
     if (!st.monitored) continue;
-    members[i] = SubgroupMember{st.report.get(), now - st.received_at, st.exited};
+    members[i] = SubgroupMember{st.report.get(), now - st.received_at};
   }
   const std::optional<SubgroupWait> w = find_subgroup_wait(members, among);
   if (!w) return std::nullopt;

@@ -19,8 +19,7 @@ namespace ddp {
 /// What the search sees of one rank.
 struct SubgroupMember {
   const RankReport* report = nullptr;  // its last report; null: it sent no heartbeat
-  Duration since_report{};             // how long ago that report was made
-  bool exited = false;
+  Duration since_report{};             // how long ago that report was made (an exited rank's last one counts)
 };
 
 /// A subgroup collective some members wait in and others never entered.

@@ -17,6 +17,9 @@ and all-reduces the loss for logging.
                     its partner, waiting in the group's, never arrives
       raise         the rank raises ValueError at STEP (no @record anywhere)
       loader-crash  the rank's DataLoader worker raises at STEP
+  --ddp-groups      DDP runs on data-parallel groups instead of the default one: ranks 0
+                    and 1 share one (dist.new_group([0, 1]), passed as process_group=),
+                    every other rank has its own; the loss all_reduce stays on all ranks
   --steps N         default 1000000 (the trouble ends the run long before)
   --step-sleep S    pause per step (default 0.02)
   --workers N       DataLoader workers (default 0; loader-crash uses 1)
@@ -75,6 +78,7 @@ def main():
     ap.add_argument("--steps", type=int, default=1000000)
     ap.add_argument("--step-sleep", type=float, default=0.02)
     ap.add_argument("--workers", type=int, default=0)
+    ap.add_argument("--ddp-groups", action="store_true")
     args = ap.parse_args()
     kind, at, who = parse_trouble(args.trouble) if args.trouble else (None, -1, -1)
 
@@ -83,9 +87,13 @@ def main():
     rank = dist.get_rank()
     mine = rank == who
     pair = dist.new_group([0, 1]) if kind == "subgroup-skip" else None
+    ddp_group = None
+    if args.ddp_groups:   # every rank makes every group, in the same order
+        groups = [dist.new_group([0, 1])] + [dist.new_group([r]) for r in range(2, dist.get_world_size())]
+        ddp_group = groups[max(0, rank - 1)]
     torch.manual_seed(0)
     model = nn.parallel.DistributedDataParallel(
-        nn.Sequential(nn.Linear(32, 64), nn.ReLU(), nn.Linear(64, 10)))
+        nn.Sequential(nn.Linear(32, 64), nn.ReLU(), nn.Linear(64, 10)), process_group=ddp_group)
     opt = torch.optim.SGD(model.parameters(), lr=0.05)
     loss_fn = nn.CrossEntropyLoss()
     data = Batches(rank, args.steps,
