@@ -83,7 +83,7 @@ class TorchProgressTest(CompanionTestCase):
         rank.write("\n")
         rank.wait_line(lambda l: l == "done", 60, "done")
         self.assertEqual(self.read_announcements(path),
-                         [(1, first["last_enqueued"] + 1, "all_reduce", 40, "float32")])
+                         [(1, first["last_enqueued"] + 1, "all_reduce", 40, "float32", "")])
         self.assertEqual(rank.finish(), 0, rank.stderr_text())
         hb = conn.wait_for(lambda m: m.get("exiting"), 20, "exiting heartbeat")
         self.assertEqual(hb["announced"], 1)
@@ -114,26 +114,28 @@ class TorchProgressTest(CompanionTestCase):
         rank0.wait_line(lambda l: l == "done", 60, "done")
         hb = conn.wait_for(lambda m: heartbeat(m) and m["phase"] == "other", 30, "idle heartbeat")
         self.assertEqual(hb["recent"][-1]["state"], "completed")
-        self.assertEqual(hb["last_completed"], hb["last_enqueued"])
+        self.assertEqual(hb["last_completed"], hb["last_enqueued"], hb)
         self.assertEqual(rank0.finish(), 0, rank0.stderr_text())
         self.assertEqual(rank1.finish(), 0, rank1.stderr_text())
 
     def start_pair(self, name):
         """Ranks 0 (with the companion) and 1 (without) of a world of 2 running
-        scripts/NAME; rank 0's connection."""
+        scripts/NAME; rank 0's connection and hello."""
         init = self.tmp / "init"
         rank0 = self.start(name, 0, init, env=self.rank_env(GLOO_SOCKET_IFNAME="lo"))
         rank1 = self.start(name, 1, init, env=self.rank_env(companion=False, GLOO_SOCKET_IFNAME="lo"))
-        conn, _ = self.accept_rank(rank0)
-        return rank0, rank1, conn
+        conn, hello = self.accept_rank(rank0)
+        return rank0, rank1, conn, hello
 
     def test_subgroup_collectives(self):
         # Calls on other groups are counted per group, apart from the default
         # group's sequence; a group this rank is no member of is not counted.
-        rank0, rank1, conn = self.start_pair("subgroup_collective.py")
+        rank0, rank1, conn, hello = self.start_pair("subgroup_collective.py")
         rank0.wait_line(lambda l: l == "waiting", 60, "waiting")
-        hb = conn.wait_for(lambda m: heartbeat(m) and m["phase"] == "collective" and m.get("groups"),
-                           30, "heartbeat in the subgroup's all_reduce")
+        # (not one sent earlier in the call on `solo`, or in the first on `pair`)
+        hb = conn.wait_for(lambda m: heartbeat(m) and m["phase"] == "collective" and m.get("groups") and
+                           m["groups"][0].get("open", {}).get("sequence") == 2,
+                           30, "heartbeat in the subgroup's second all_reduce")
         self.assertEqual(len(hb["groups"]), 1, hb["groups"])
         pair = hb["groups"][0]
         self.assertEqual(pair["ranks"], [0, 1])
@@ -142,9 +144,16 @@ class TorchProgressTest(CompanionTestCase):
         self.assertEqual({k: pair["open"][k] for k in ("sequence", "op", "bytes", "dtype", "state")},
                          {"sequence": 2, "op": "all_reduce", "bytes": 12, "dtype": "float32", "state": "started"})
         self.assertGreaterEqual(pair["open"]["age_ms"], 0)
+        # Announced as it started, with its group: the default group's all_reduce, then
+        # the pair's two (the call on a group rank 0 is no member of is not announced).
+        announced = self.read_announcements(hello["announcements"])
+        self.assertEqual([a[1:] for a in announced][-3:],
+                         [(hb["last_enqueued"], "all_reduce", 16, "float32", ""),
+                          (1, "all_reduce", 32, "float32", pair["group"]),
+                          (2, "all_reduce", 12, "float32", pair["group"])], announced)
         # The default group's record holds only its own calls, all finished.
         self.assertEqual([r["bytes"] for r in hb["recent"] if r["op"] == "all_reduce"], [16], hb["recent"])
-        self.assertEqual(hb["last_completed"], hb["last_enqueued"])
+        self.assertEqual(hb["last_completed"], hb["last_enqueued"], hb)
 
         rank1.write("\n")
         rank0.wait_line(lambda l: l == "done", 60, "done")
@@ -160,7 +169,7 @@ class TorchProgressTest(CompanionTestCase):
         # DDP's collectives on its process_group= are counted by that group's own
         # counter: open while forward or backward waits in them (the second
         # forward broadcasts the rebuilt buckets), finished once it returns.
-        rank0, rank1, conn = self.start_pair("ddp_subgroup.py")
+        rank0, rank1, conn, _ = self.start_pair("ddp_subgroup.py")
         rank0.wait_line(lambda l: l == "stepped", 60, "stepped")
         hb = conn.wait_for(lambda m: heartbeat(m) and m["phase"] in ("forward", "backward") and m.get("groups") and
                            "open" in m["groups"][0], 30, "heartbeat in DDP's all-reduce on the group")

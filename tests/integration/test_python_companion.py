@@ -4,8 +4,8 @@ through the Python companion that ddplaunch injects into every Python rank.
 Each job runs workers/torch_ddp_trouble.py, a plain DDP script that knows nothing of
 ddplaunch, on 3 ranks with --heartbeat-interval 0.5 and a short hang timeout, and
 injects one trouble (a rank blocked in data loading, also with DDP on a subgroup, a
-skipped all_reduce, one skipped in a subgroup, a different tensor size, an exception, a
-crash in a DataLoader worker),
+skipped all_reduce, one skipped in a subgroup, a different tensor size, also in a
+subgroup, an exception, a crash in a DataLoader worker),
 or is stopped from outside
 with SIGSTOP. The tests check who is named and how fast (from the trouble line the rank
 prints to the report line, this process's clock), the merged stacks (ranks grouped by
@@ -226,6 +226,17 @@ class PythonHangTests(PythonCompanionTestCase):
         self.assertNotEqual(res.rc, 0, res.describe())
         self.assertRegex(res.err, r"desync at collective #\d+: ranks 0,2 all_reduce 4 B float32, "
                                   r"rank 1 all_reduce 3\.9 KiB \(4000 B\) float32", res.describe())
+        self.assert_no_leftovers(timeout=2.0)
+
+    def test_rank_that_issues_a_different_size_in_a_subgroup(self):
+        # Ranks 0 and 1 all-reduce in their own group every step; at step 30 rank 1
+        # passes 1000 floats there instead of 1. Gloo aborts a rank within
+        # milliseconds; each rank announced that collective, with its group, as it
+        # started, so the report still compares them.
+        res, w = self.run_trouble("subgroup-size@30:1")
+        self.assertNotEqual(res.rc, 0, res.describe())
+        self.assertRegex(res.err, r"desync at collective #31 of group \S+ \(ranks 0,1\): rank 0 all_reduce 4 B "
+                                  r"float32, rank 1 all_reduce 3\.9 KiB \(4000 B\) float32", res.describe())
         self.assert_no_leftovers(timeout=2.0)
 
     def test_sigstop_of_a_rank(self):

@@ -37,7 +37,7 @@ class TempFolder {
 
 class AnnouncementWriter {
  public:
-  explicit AnnouncementWriter(std::string path, const char* magic = "DDPA", uint32_t version = 1,
+  explicit AnnouncementWriter(std::string path, const char* magic = "DDPA", uint32_t version = 2,
                               size_t size = CollectiveAnnouncements::kFileBytes)
       : path_(std::move(path)), size_(size) {
     const int fd = ::open(path_.c_str(), O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
@@ -55,8 +55,9 @@ class AnnouncementWriter {
   ~AnnouncementWriter() { munmap(data_, size_); }
   const std::string& path() const { return path_; }
 
-  /// The next announcement: entry first, then the count.
-  void write(uint64_t sequence, const std::string& op, int64_t bytes, const std::string& dtype, SteadyTime started) {
+  /// The next announcement: entry first, then the count. group: empty for the default one.
+  void write(uint64_t sequence, const std::string& op, int64_t bytes, const std::string& dtype, SteadyTime started,
+             const std::string& group = "") {
     const uint64_t n = ++count_;
     unsigned char* e = data_ + CollectiveAnnouncements::kHeaderBytes +
                        ((n - 1) % CollectiveAnnouncements::kSlots) * CollectiveAnnouncements::kEntryBytes;
@@ -69,6 +70,7 @@ class AnnouncementWriter {
     std::memcpy(e + 24, &stamp, 8);
     std::memcpy(e + 32, op.data(), std::min<size_t>(op.size(), 24));
     std::memcpy(e + 56, dtype.data(), std::min<size_t>(dtype.size(), 16));
+    std::memcpy(e + 72, group.data(), std::min<size_t>(group.size(), 48));
     std::memcpy(data_ + 8, &n, 8);
   }
   /// Overwrites entry n's own number, as a write in progress would leave it.
@@ -93,5 +95,13 @@ inline std::shared_ptr<const CollectiveAnnouncements> open_announcements(const s
   EXPECT_TRUE(a) << error;
   return a;
 }
+
+/// A writer's file in a private folder, already mapped by a reader (which
+/// removed its name): what most tests start from.
+struct MappedAnnouncements {
+  TempFolder folder;
+  AnnouncementWriter writer{folder.file("r.ann")};
+  std::shared_ptr<const CollectiveAnnouncements> reader = open_announcements(writer.path(), folder.path());
+};
 
 }  // namespace ddp

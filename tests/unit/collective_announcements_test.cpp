@@ -14,6 +14,16 @@ namespace {
 
 using namespace std::chrono_literals;
 
+// A file already mapped: its writer w and reader a, at a fixed now.
+class MappedAnnouncementFile : public ::testing::Test {
+ protected:
+  void SetUp() override { ASSERT_TRUE(a); }
+  MappedAnnouncements file;
+  AnnouncementWriter& w = file.writer;
+  const std::shared_ptr<const CollectiveAnnouncements>& a = file.reader;
+  const SteadyTime now = SystemClock::instance().now();
+};
+
 TEST(CollectiveAnnouncements, ReadsWhatWasAnnouncedAfterACount) {
   TempFolder folder;
   AnnouncementWriter w(folder.file("r.ann"));
@@ -38,14 +48,22 @@ TEST(CollectiveAnnouncements, ReadsWhatWasAnnouncedAfterACount) {
   EXPECT_TRUE(a->since(2, now).empty());
   w.write(9, "broadcast", 8, "int64", now);
   EXPECT_EQ(a->since(2, now).at(0).sequence, 9u) << "later writes show through the mapping";
+  EXPECT_EQ(a->since(2, now).at(0).group, "") << "the default group";
 }
 
-TEST(CollectiveAnnouncements, OnlyTheLastSlotsSurviveAndTornEntriesAreSkipped) {
-  TempFolder folder;
-  AnnouncementWriter w(folder.file("r.ann"));
-  auto a = open_announcements(w.path(), folder.path());
-  ASSERT_TRUE(a);
-  const SteadyTime now = SystemClock::instance().now();
+TEST_F(MappedAnnouncementFile, ACollectiveOfAnotherGroupNamesIt) {
+  const std::string hashed(40, 'f');  // torch 2.x names some groups by a 40-digit hash
+  w.write(3, "all_reduce", 16, "float32", now, "1");
+  w.write(4, "broadcast", 8, "int64", now, hashed);
+  w.write(5, "all_reduce", 4, "float32", now, "pair group");  // not a plain name: dropped, not taken as the default group
+  const auto kept = a->since(0, now);
+  ASSERT_EQ(kept.size(), 2u);
+  EXPECT_EQ(kept[0].group, "1");
+  EXPECT_EQ(kept[0].sequence, 3u);
+  EXPECT_EQ(kept[1].group, hashed);
+}
+
+TEST_F(MappedAnnouncementFile, OnlyTheLastSlotsSurviveAndTornEntriesAreSkipped) {
   for (uint64_t s = 1; s <= 20; ++s) w.write(s, "all_reduce", 4, "float32", now);
   auto kept = a->since(0, now);
   ASSERT_EQ(kept.size(), CollectiveAnnouncements::kSlots);
@@ -58,12 +76,7 @@ TEST(CollectiveAnnouncements, OnlyTheLastSlotsSurviveAndTornEntriesAreSkipped) {
   EXPECT_EQ(kept[1].sequence, 20u);
 }
 
-TEST(CollectiveAnnouncements, StrangeNamesAndStampsAreNotTrusted) {
-  TempFolder folder;
-  AnnouncementWriter w(folder.file("r.ann"));
-  auto a = open_announcements(w.path(), folder.path());
-  ASSERT_TRUE(a);
-  const SteadyTime now = SystemClock::instance().now();
+TEST_F(MappedAnnouncementFile, StrangeNamesAndStampsAreNotTrusted) {
   w.write(1, "all\"reduce", 4, "float32", now);        // not a plain name: dropped
   w.write(0, "all_reduce", 4, "float32", now);         // no sequence: dropped
   w.write(3, "all_reduce", -5, "float\n32", now + 1h);  // a future stamp, negative bytes, odd dtype
@@ -91,12 +104,12 @@ TEST(CollectiveAnnouncements, OnlyAPlainFileOfThisLayoutInTheFolderIsOpened) {
   EXPECT_FALSE(CollectiveAnnouncements::open(folder.path(), std::filesystem::path(folder.path()).parent_path().string(), &error))
       << "a folder";
 
-  AnnouncementWriter small(folder.file("small.ann"), "DDPA", 1, 100);
+  AnnouncementWriter small(folder.file("small.ann"), "DDPA", 2, 100);
   EXPECT_FALSE(CollectiveAnnouncements::open(small.path(), folder.path(), &error));
   EXPECT_EQ(error, "too small");
-  AnnouncementWriter magic(folder.file("magic.ann"), "XXXX", 1);
+  AnnouncementWriter magic(folder.file("magic.ann"), "XXXX", 2);
   EXPECT_FALSE(CollectiveAnnouncements::open(magic.path(), folder.path(), &error));
-  AnnouncementWriter version(folder.file("version.ann"), "DDPA", 2);
+  AnnouncementWriter version(folder.file("version.ann"), "DDPA", 1);  // the layout before groups
   EXPECT_FALSE(CollectiveAnnouncements::open(version.path(), folder.path(), &error));
   EXPECT_EQ(error, "not an announcement file of this version");
 }

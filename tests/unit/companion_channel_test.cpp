@@ -260,12 +260,17 @@ TEST(WorkerHealthBoard, AWorkerThatDoesNotAnswerIsDescribedByItsProcess) {
   EXPECT_TRUE(board.take_stacks().empty());
 }
 
-TEST(WorkerHealthBoard, AnnouncedCollectivesJoinTheLatestReport) {
+// A board whose rank's announcements come from `writer`'s file.
+class BoardWithAnnouncements : public ::testing::Test {
+ protected:
   FakeClock clock;
-  TempFolder folder;
-  AnnouncementWriter writer(folder.file("a.ann"));
-  WorkerHealthBoard board(clock);
-  board.attach_announcements(2, open_announcements(writer.path(), folder.path()));
+  MappedAnnouncements file;
+  AnnouncementWriter& writer = file.writer;
+  WorkerHealthBoard board{clock};
+};
+
+TEST_F(BoardWithAnnouncements, AnnouncedCollectivesJoinTheLatestReport) {
+  board.attach_announcements(2, file.reader);
   writer.write(5, "all_reduce", 4, "float32", clock.now());
   EXPECT_TRUE(board.latest().empty()) << "nothing is known of a rank before its first heartbeat";
   RankReport r;
@@ -295,6 +300,42 @@ TEST(WorkerHealthBoard, AnnouncedCollectivesJoinTheLatestReport) {
   board.clear();
   board.record(r);
   EXPECT_EQ(board.latest()[0].report.last_enqueued, 26u) << "a new generation forgets the old announcements";
+}
+
+TEST_F(BoardWithAnnouncements, AnnouncedCollectivesOfOtherGroupsOpenThere) {
+  board.attach_announcements(1, file.reader);
+  RankReport r;
+  r.rank = 1;
+  r.last_enqueued = r.last_started = r.last_completed = 30;
+  SubgroupProgress pair;
+  pair.group = "1";
+  pair.ranks = {0, 1};
+  pair.last_enqueued = 10;
+  pair.last_completed = 9;
+  pair.open = CollectiveSeen{10, "all_reduce", 4, "float32", "started", 1ms};  // returned since
+  r.subgroups = {pair};
+  board.record(r);
+  clock.advance(300ms);
+  writer.write(11, "all_reduce", 4000, "float32", clock.now() - 20ms, "1");
+  writer.write(1, "broadcast", 8, "int64", clock.now() - 10ms, "7");  // a group the heartbeat did not name
+  const auto latest = board.latest();
+  ASSERT_EQ(latest.size(), 1u);
+  const RankReport& now = latest[0].report;
+  EXPECT_EQ(now.last_enqueued, 30u) << "the default group's count is not touched";
+  EXPECT_EQ(now.phase, WorkerPhase::kCollective);
+  EXPECT_EQ(latest[0].held, 10ms);
+  ASSERT_EQ(now.subgroups.size(), 2u);
+  EXPECT_EQ(now.subgroups[0].last_enqueued, 11u);
+  EXPECT_EQ(now.subgroups[0].last_completed, 9u) << "left as the heartbeat knew it";
+  ASSERT_TRUE(now.subgroups[0].open);
+  EXPECT_EQ(now.subgroups[0].open->sequence, 11u) << "the one it entered last, not the heartbeat's";
+  EXPECT_EQ(now.subgroups[0].open->bytes, 4000);
+  EXPECT_EQ(now.subgroups[0].open->age, 10ms) << "as of the newest announcement";
+  EXPECT_EQ(now.subgroups[1].group, "7");
+  EXPECT_TRUE(now.subgroups[1].ranks.empty()) << "members unknown until a heartbeat names them";
+  EXPECT_EQ(now.subgroups[1].last_completed, 0u);
+  ASSERT_TRUE(now.subgroups[1].open);
+  EXPECT_EQ(now.subgroups[1].open->op, "broadcast");
 }
 
 // A companion's end of the channel: a connected SOCK_SEQPACKET socket.

@@ -1,6 +1,7 @@
 // HangDetector over Python ranks' subgroup collectives (dist.new_group):
 // the blame passes to the member of a group that never entered the
-// collective the others wait in (health/subgroup_waits.h). FakeClock only.
+// collective the others wait in (health/subgroup_waits.h), and members that
+// issued different sizes as one of its collectives are a desync. FakeClock only.
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -162,6 +163,42 @@ TEST(SubgroupHangTest, MembersWithoutHeartbeatsAreNeverBlamed) {
   EXPECT_FALSE(find_subgroup_wait(members, {1, 2})) << "only the ranks asked about are looked at";
   members[2].report = nullptr;
   EXPECT_FALSE(find_subgroup_wait(members, {0, 1, 2}));
+}
+
+TEST(SubgroupHangTest, DifferentSizesInOneSubgroupCollectiveAreADesync) {
+  // Group "3" of ranks 0-2: rank 2 all-reduces 4000 B as the group's #6,
+  // ranks 0 and 1 12 B. Rank 3 (no member) goes on meanwhile.
+  FakeClock clock;
+  HangDetector d(config(), 4, clock);
+  RankReport odd = rank_report(2, 20, WorkerPhase::kCollective, "3", {0, 1, 2}, 6, true);
+  odd.subgroups[0].open->bytes = 4000;
+  d.on_report(rank_report(0, 20, WorkerPhase::kCollective, "3", {0, 1, 2}, 6, true));
+  d.on_report(odd);
+  d.on_report(rank_report(1, 20, WorkerPhase::kCollective, "3", {0, 1, 2}, 6, true));
+  d.on_report(rank_report(3, 20, WorkerPhase::kOther, "4", {3}, 2, false));
+  const auto v = d.check();
+  ASSERT_TRUE(v);
+  EXPECT_EQ(v->kind, HangKind::kDesync);
+  EXPECT_EQ(v->sequence, 6u);
+  EXPECT_EQ(v->group, "3");
+  EXPECT_EQ(v->group_ranks, (std::vector<int>{0, 1, 2}));
+  EXPECT_EQ(v->culprits, (std::vector<int>{2}));
+  EXPECT_EQ(v->waiting, (std::vector<int>{0, 1, 2}));
+  EXPECT_EQ(v->summary, "desync at collective #6 of group 3 (ranks 0-2): ranks 0,1 all_reduce 12 B float32, "
+                        "rank 2 all_reduce 3.9 KiB (4000 B) float32");
+  EXPECT_EQ(v->details["group_ranks"], nlohmann::json({0, 1, 2}));
+}
+
+TEST(SubgroupHangTest, TheSameNumberInTwoGroupsIsNoDesync) {
+  // Each group counts its own collectives: #6 of group "1" and #6 of group
+  // "2" are different collectives, whatever their sizes.
+  FakeClock clock;
+  HangDetector d(config(), 4, clock);
+  RankReport other = rank_report(2, 20, WorkerPhase::kCollective, "2", {2, 3}, 6, true);
+  other.subgroups[0].open->bytes = 4000;
+  d.on_report(rank_report(0, 20, WorkerPhase::kCollective, "1", {0, 1}, 6, true));
+  d.on_report(other);
+  EXPECT_FALSE(d.check());
 }
 
 }  // namespace

@@ -5,10 +5,11 @@ costs tens, and what is written survives the process, so a rank that dies
 inside a mismatched collective has still said which one it entered.
 
 The layout (launcher/src/companion/collective_announcements.h) is
-  header: b"DDPA", u32 version 1, u64 count of announcements so far
-  16 entries of 72 bytes, entry n (1-based) at slot (n - 1) % 16:
-    u64 n, u64 sequence, i64 bytes, u64 CLOCK_MONOTONIC ns, op[24], dtype[16]
-Each entry is written before the count that publishes it."""
+  header: b"DDPA", u32 version 2, u64 count of announcements so far
+  16 entries of 120 bytes, entry n (1-based) at slot (n - 1) % 16:
+    u64 n, u64 sequence, i64 bytes, u64 CLOCK_MONOTONIC ns, op[24], dtype[16], group[48]
+(group: b"" for the default group, else the process group's name, whose own
+count the sequence is). Each entry is written before the count that publishes it."""
 
 import itertools
 import mmap
@@ -16,10 +17,11 @@ import os
 import struct
 
 MAGIC = b"DDPA"
-VERSION = 1
+VERSION = 2
 SLOTS = 16
 HEADER = struct.Struct("<4sIQ")
-ENTRY = struct.Struct("<QQqQ24s16s")
+ENTRY = struct.Struct("<QQqQ24s16s48s")
+GROUP_BYTES = 48   # longer group names are cut to this, in heartbeats too
 SIZE = HEADER.size + SLOTS * ENTRY.size
 COUNT = struct.Struct("<Q")
 COUNT_OFFSET = 8
@@ -46,17 +48,22 @@ class Announcements(object):
         self.path = path
         self.numbers = itertools.count(1)
         self.written = 0          # the count last published
-        self._dtypes = {}         # dtype name -> its bytes
+        self._names = {}          # dtype or group name -> its bytes
 
-    def write(self, sequence, op, nbytes, dtype, started):
+    def write(self, sequence, op, nbytes, dtype, started, group=""):
         """op: its ASCII name; dtype: its name; started: time.perf_counter()
-        (CLOCK_MONOTONIC) when the collective began."""
+        (CLOCK_MONOTONIC) when the collective began; group: "" on the default
+        group, else the group's name."""
         n = next(self.numbers)
-        name = self._dtypes.get(dtype)
-        if name is None:
-            name = self._dtypes[dtype] = dtype.encode("ascii", "replace")
+        names = self._names
+        dtype_bytes = names.get(dtype)
+        if dtype_bytes is None:
+            dtype_bytes = names[dtype] = dtype.encode("ascii", "replace")
+        group_bytes = names.get(group)
+        if group_bytes is None:
+            group_bytes = names[group] = group.encode("ascii", "replace")
         ENTRY.pack_into(self.map, HEADER.size + ((n - 1) % SLOTS) * ENTRY.size, n, sequence, nbytes,
-                        int(started * 1e9), op, name)
+                        int(started * 1e9), op, dtype_bytes, group_bytes)
         COUNT.pack_into(self.map, COUNT_OFFSET, n)
         self.written = n
 

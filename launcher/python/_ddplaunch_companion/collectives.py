@@ -84,13 +84,15 @@ def _collective_wrapper(op, Tensor):
             S.open_depth += 1
             COLLECTIVE.depth += 1
             stack.append(COLLECTIVE)
-            if rec is not None and S.sending:
+            if S.sending and announcer is not None:
                 # The agent learns what we entered before we may hang or die in
                 # it: a rank that aborts inside a mismatched collective is then
                 # still compared with the others.
-                announce = announcer
-                if announce is not None:
-                    announce(rec[SEQ], op_bytes, rec[BYTES], rec[DTYPE], t0)
+                if rec is not None:
+                    announcer(rec[SEQ], op_bytes, rec[BYTES], rec[DTYPE], t0)
+                elif sub is not None:
+                    g, r = sub
+                    announcer(r[subgroups.SEQ], op_bytes, r[subgroups.BYTES], r[subgroups.DTYPE], t0, g.name)
             try:
                 result = fn(*args, **kwargs)
             except BaseException:

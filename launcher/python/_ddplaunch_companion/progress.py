@@ -244,7 +244,10 @@ def build_heartbeat(exiting=False):
            "step_seconds": S.step_seconds, "busy_seconds": S.busy_seconds,
            "last_enqueued": top, "last_started": top, "last_completed": completed,
            "recent": recent, "exiting": bool(exiting), "torch": S.torch}
-    groups = subgroups.heartbeat_entries(now)
+    try:
+        groups = subgroups.heartbeat_entries(now)
+    except Exception:   # the groups are extra: never cost the heartbeat itself
+        groups = None
     if groups:
         msg["groups"] = groups
     return msg

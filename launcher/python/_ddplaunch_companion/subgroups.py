@@ -18,7 +18,7 @@ GIL), read by the heartbeat builder under the channel lock."""
 import collections
 import sys
 
-from . import pending_work, progress
+from . import announcements, pending_work, progress
 
 MAX_GROUPS = 16    # the most recently used groups a heartbeat carries
 # A record: [sequence in its group, op, bytes, dtype, state, t0]
@@ -26,8 +26,8 @@ SEQ, OP, BYTES, DTYPE, STATUS, T0 = range(6)
 
 
 class Group(object):
-    __slots__ = ("name", "ranks", "last", "open", "pending", "used", "seq_fn", "base", "ddp_since",
-                 "ddp_seen")
+    __slots__ = ("name", "ranks", "last", "open", "pending", "failed", "used", "seq_fn", "base",
+                 "ddp_since", "ddp_seen")
 
     def __init__(self, name, ranks):
         self.name = name          # torch's name for it: the same on every member
@@ -35,6 +35,7 @@ class Group(object):
         self.last = 0             # collectives entered on it
         self.open = []            # records of synchronous calls still inside torch
         self.pending = []         # (record, weakref to its Work) of async calls
+        self.failed = None        # the record of the last call, where it raised
         self.used = 0.0           # when a collective last entered it
         self.seq_fn = None        # torch's counter of its collectives, where read from its creation
         self.base = 0             # that counter right after creation
@@ -84,7 +85,8 @@ def _describe(pg):
         if names is None:
             names = getattr(getattr(c10d, "_world", None), "pg_names", {})
         name = names.get(pg)
-    return (str(name) if name else ",".join(str(r) for r in ranks)), ranks
+    # As the collective announcements carry it: cut alike in both.
+    return (str(name) if name else ",".join(str(r) for r in ranks))[:announcements.GROUP_BYTES], ranks
 
 
 def _group(pg):
@@ -150,6 +152,7 @@ def enter(pg, op, nbytes, dtype, t0):
         return None
     g.last = g.count() + 1
     g.used = t0
+    g.failed = None
     rec = [g.last, op, nbytes, dtype, "started", t0]
     g.open.append(rec)
     return g, rec
@@ -164,6 +167,7 @@ def leave(entered, failed, work):
         pass
     if failed:
         rec[STATUS] = "failed"
+        g.failed = rec
     elif work is not None:
         pending_work.keep(g.pending, rec, work)
     else:
@@ -193,7 +197,7 @@ def _ddp_open(g, count, now):
 def heartbeat_entries(now):
     """The heartbeat's "groups": the most recently used groups, each with its
     members, what this rank entered and finished, and the collective it has
-    open (the oldest), if any."""
+    open (the oldest), else the last one where it failed, if any."""
     used = sorted((entry[0] for entry in list(GROUPS.values()) if entry[0].used), key=lambda g: g.used)
     out = []
     for g in used[-MAX_GROUPS:]:
@@ -204,6 +208,10 @@ def heartbeat_entries(now):
             oldest = ddp
         item = {"group": g.name, "ranks": g.ranks, "last_enqueued": count,
                 "last_completed": count if oldest is None else oldest[SEQ] - 1}
+        if oldest is None:
+            # None open: the one that raised, if the last call did (a rank whose
+            # collective failed on a mismatch is still compared with the others).
+            oldest = g.failed
         if oldest is not None:
             item["open"] = {"sequence": oldest[SEQ], "op": oldest[OP], "bytes": oldest[BYTES],
                             "dtype": oldest[DTYPE], "state": oldest[STATUS],

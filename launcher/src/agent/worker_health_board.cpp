@@ -24,25 +24,54 @@ void WorkerHealthBoard::attach_announcements(int rank, std::shared_ptr<const Col
 
 namespace {
 
+// The entry of `group` in the report's subgroups, added (members unknown
+// until a heartbeat names them) where the report has none.
+SubgroupProgress& subgroup_entry(RankReport& r, const std::string& group, uint64_t sequence) {
+  for (SubgroupProgress& g : r.subgroups) {
+    if (g.group == group) return g;
+  }
+  SubgroupProgress& g = r.subgroups.emplace_back();
+  g.group = group;
+  g.last_enqueued = g.last_completed = sequence - 1;
+  return g;
+}
+
 // Adds to `forwarded` the collectives its rank announced after its report
-// was made (started, and newer than anything the report has). The newest of
-// them then dates the report, so every age is restated as of that moment.
+// was made (started, and newer than anything the report has): on the
+// default group to its recent record, on another group as that group's
+// open collective. The newest of them
+// then dates the report, so every age is restated as of that moment.
 void add_announced(const CollectiveAnnouncements& announcements, SteadyTime now, ForwardedReport& forwarded) {
   constexpr size_t kMaxRecent = 64;  // as many as a heartbeat carries at most
   RankReport& r = forwarded.report;
-  std::vector<CollectiveSeen> added;
-  for (CollectiveSeen& c : announcements.since(r.announced, now)) {
-    if (c.sequence <= r.last_enqueued) continue;  // the report has it already
-    r.last_enqueued = r.last_started = c.sequence;
-    added.push_back(std::move(c));                // ages as of now, for the moment
+  std::vector<AnnouncedCollective> added;
+  for (AnnouncedCollective& c : announcements.since(r.announced, now)) {
+    const uint64_t reported = c.group.empty() ? r.last_enqueued : subgroup_entry(r, c.group, c.sequence).last_enqueued;
+    if (c.sequence <= reported) continue;  // the report has it already
+    added.push_back(std::move(c));          // ages as of now, for the moment
   }
   if (added.empty()) return;
   r.phase = WorkerPhase::kCollective;
   const Duration held = std::min(forwarded.held, added.back().age);  // the rank was alive then
-  for (CollectiveSeen& c : r.recent) c.age += forwarded.held - held;
-  for (CollectiveSeen& c : added) {
+  const Duration older = forwarded.held - held;
+  for (CollectiveSeen& c : r.recent) c.age += older;
+  for (SubgroupProgress& g : r.subgroups) {
+    if (g.open) g.open->age += older;
+  }
+  for (AnnouncedCollective& c : added) {
     c.age -= held;
-    r.recent.push_back(std::move(c));
+    if (c.group.empty()) {
+      r.last_enqueued = r.last_started = c.sequence;
+      r.recent.push_back(std::move(c));
+      continue;
+    }
+    // The one it entered last is the one it is in now: the report's open one
+    // (caught by a heartbeat made several collectives ago) has returned since,
+    // unless it was asynchronous.
+    SubgroupProgress& g = subgroup_entry(r, c.group, c.sequence);
+    g.last_enqueued = std::max(g.last_enqueued, c.sequence);
+    g.last_completed = std::min(g.last_completed, c.sequence - 1);
+    g.open = static_cast<CollectiveSeen>(c);
   }
   forwarded.held = held;
   if (r.recent.size() > kMaxRecent) r.recent.erase(r.recent.begin(), r.recent.end() - kMaxRecent);

@@ -15,9 +15,11 @@ namespace ddp {
 namespace {
 
 constexpr char kMagic[4] = {'D', 'D', 'P', 'A'};
-constexpr uint32_t kVersion = 1;
+constexpr uint32_t kVersion = 2;
 constexpr size_t kOpBytes = 24;
 constexpr size_t kDtypeBytes = 16;
+constexpr size_t kGroupBytes = 48;
+static_assert(32 + kOpBytes + kDtypeBytes + kGroupBytes == CollectiveAnnouncements::kEntryBytes);
 
 uint64_t load_u64(const unsigned char* p) {
   uint64_t v;
@@ -85,9 +87,9 @@ CollectiveAnnouncements::~CollectiveAnnouncements() {
 
 uint64_t CollectiveAnnouncements::count() const { return load_count(data_); }
 
-std::vector<CollectiveSeen> CollectiveAnnouncements::since(uint64_t after, SteadyTime now) const {
+std::vector<AnnouncedCollective> CollectiveAnnouncements::since(uint64_t after, SteadyTime now) const {
   const uint64_t count = load_count(data_);
-  std::vector<CollectiveSeen> out;
+  std::vector<AnnouncedCollective> out;
   if (count <= after) return out;
   const uint64_t first = std::max<uint64_t>(after + 1, count > kSlots ? count - kSlots + 1 : 1);
   for (uint64_t n = first; n <= count; ++n) {
@@ -97,7 +99,7 @@ std::vector<CollectiveSeen> CollectiveAnnouncements::since(uint64_t after, Stead
     __atomic_thread_fence(__ATOMIC_ACQUIRE);
     // Overwritten while we copied it (the companion went round the ring)?
     if (load_u64(copy) != n || load_count(data_) >= n + kSlots) continue;
-    CollectiveSeen c;
+    AnnouncedCollective c;
     c.sequence = load_u64(copy + 8);
     const auto bytes = static_cast<int64_t>(load_u64(copy + 16));
     c.bytes = std::max<int64_t>(bytes, 0);
@@ -108,8 +110,11 @@ std::vector<CollectiveSeen> CollectiveAnnouncements::since(uint64_t after, Stead
     c.age = started < now ? now - started : Duration::zero();
     c.op = name_field(copy + 32, kOpBytes);
     c.dtype = name_field(copy + 32 + kOpBytes, kDtypeBytes);
+    const unsigned char* group = copy + 32 + kOpBytes + kDtypeBytes;
+    c.group = name_field(group, kGroupBytes);
     c.state = "started";
-    if (c.sequence == 0 || c.op.empty()) continue;
+    // A group name we cannot read must not pass for the default group.
+    if (c.sequence == 0 || c.op.empty() || (c.group.empty() && group[0] != 0)) continue;
     out.push_back(std::move(c));
   }
   return out;

@@ -7,11 +7,13 @@
 // what is in the mapping outlives the process: a rank that aborts inside a
 // mismatched collective has still said which one it entered.
 //
-// The file (little-endian, written only by the companion, layout version 1):
+// The file (little-endian, written only by the companion, layout version 2):
 //   header, 16 bytes:  "DDPA" | u32 version | u64 count (announcements so far)
-//   kSlots entries of 72 bytes each, entry n (1-based) at slot (n-1) % kSlots:
+//   kSlots entries of 120 bytes each, entry n (1-based) at slot (n-1) % kSlots:
 //     u64 n | u64 sequence | i64 bytes | u64 started (CLOCK_MONOTONIC ns)
-//     | char op[24] | char dtype[16]   (NUL-padded names)
+//     | char op[24] | char dtype[16] | char group[48]   (NUL-padded names)
+// group is empty for the default group; else the process group's name (the
+// sequence then counts that group's collectives, SubgroupProgress).
 // The companion writes an entry, then the count. A reader that sees count c
 // reads entries c-kSlots+1..c and keeps those whose own n is the expected
 // one and that were not overwritten meanwhile (count read again after).
@@ -32,11 +34,16 @@
 
 namespace ddp {
 
+/// One announcement: a collective the rank started, and on which group.
+struct AnnouncedCollective : CollectiveSeen {
+  std::string group;  // empty: the default group
+};
+
 class CollectiveAnnouncements {
  public:
   static constexpr size_t kSlots = 16;
   static constexpr size_t kHeaderBytes = 16;
-  static constexpr size_t kEntryBytes = 72;
+  static constexpr size_t kEntryBytes = 120;
   static constexpr size_t kFileBytes = kHeaderBytes + kSlots * kEntryBytes;
 
   /// Maps `path`, which must be a regular file of this user directly inside
@@ -53,7 +60,7 @@ class CollectiveAnnouncements {
   /// The announcements numbered above `after` that are still in the file,
   /// oldest first: state "started", age as of `now` (a SteadyTime of the
   /// system clock, which is CLOCK_MONOTONIC like the stamps).
-  std::vector<CollectiveSeen> since(uint64_t after, SteadyTime now) const;
+  std::vector<AnnouncedCollective> since(uint64_t after, SteadyTime now) const;
 
  private:
   explicit CollectiveAnnouncements(const unsigned char* data) : data_(data) {}

@@ -16,6 +16,8 @@ namespace {
 
 // How many sequence numbers the desync check remembers (first report of each).
 constexpr size_t kRememberedSequences = 1024;
+constexpr size_t kRememberedGroups = 64;   // other groups whose open collectives are remembered
+constexpr size_t kRememberedPerGroup = 64;
 // How many ranks a summary describes in full before "and N more".
 constexpr size_t kDescribedRanks = 3;
 
@@ -82,6 +84,7 @@ void HangDetector::reset(int world_size) {
   ranks_.assign(static_cast<size_t>(std::max(world_size, 0)), RankState{});
   last_progress_ = clock_.now();
   first_seen_.clear();
+  first_seen_in_.clear();
   desync_.reset();
   verdict_.reset();
   trouble_.reset(world_size);
@@ -127,24 +130,36 @@ void HangDetector::on_rank_exited(int rank) {
 
 void HangDetector::record_collectives(const RankReport& report) {
   for (const CollectiveSeen& c : report.recent) {
-    if (c.sequence == 0) continue;
-    Signature sig{report.rank, c.op, c.bytes, c.dtype};
-    auto [it, inserted] = first_seen_.try_emplace(c.sequence, sig);
-    const Signature& ref = it->second;
-    if (inserted || ref.rank == report.rank) continue;
-    const bool op_differs = collective_op_known(ref.op) && collective_op_known(sig.op) && ref.op != sig.op;
-    const bool dtype_differs = !ref.dtype.empty() && !sig.dtype.empty() && ref.dtype != sig.dtype;
-    const bool bytes_differ = ref.bytes > 0 && sig.bytes > 0 && ref.bytes != sig.bytes;  // 0: unknown
-    if (!op_differs && !dtype_differs && !bytes_differ) continue;
-    if (!desync_) {
-      desync_ = Desync{c.sequence, {ref, sig}};
-    } else if (desync_->sequence == c.sequence &&
-               std::none_of(desync_->seen.begin(), desync_->seen.end(),
-                            [&](const Signature& s) { return s.rank == report.rank; })) {
-      desync_->seen.push_back(sig);
-    }
+    if (c.sequence != 0) compare_signature(first_seen_, "", c.sequence, Signature{report.rank, c.op, c.bytes, c.dtype});
   }
   while (first_seen_.size() > kRememberedSequences) first_seen_.erase(first_seen_.begin());
+  // Of another group a report has the open collective only: enough, since
+  // ranks in a mismatched one wait in it (or announced it before aborting).
+  for (const SubgroupProgress& g : report.subgroups) {
+    if (!g.open || g.open->sequence == 0) continue;
+    FirstSeen& seen = first_seen_in_[g.group];
+    compare_signature(seen, g.group, g.open->sequence, Signature{report.rank, g.open->op, g.open->bytes, g.open->dtype});
+    while (seen.size() > kRememberedPerGroup) seen.erase(seen.begin());
+  }
+  while (first_seen_in_.size() > kRememberedGroups) first_seen_in_.erase(first_seen_in_.begin());
+}
+
+void HangDetector::compare_signature(FirstSeen& seen, const std::string& group, uint64_t sequence,
+                                     const Signature& sig) {
+  auto [it, inserted] = seen.try_emplace(sequence, sig);
+  const Signature& ref = it->second;
+  if (inserted || ref.rank == sig.rank) return;
+  const bool op_differs = collective_op_known(ref.op) && collective_op_known(sig.op) && ref.op != sig.op;
+  const bool dtype_differs = !ref.dtype.empty() && !sig.dtype.empty() && ref.dtype != sig.dtype;
+  const bool bytes_differ = ref.bytes > 0 && sig.bytes > 0 && ref.bytes != sig.bytes;  // 0: unknown
+  if (!op_differs && !dtype_differs && !bytes_differ) return;
+  if (!desync_) {
+    desync_ = Desync{sequence, group, {ref, sig}};
+  } else if (desync_->sequence == sequence && desync_->group == group &&
+             std::none_of(desync_->seen.begin(), desync_->seen.end(),
+                          [&](const Signature& s) { return s.rank == sig.rank; })) {
+    desync_->seen.push_back(sig);
+  }
 }
 
 std::vector<TroubleWarning> HangDetector::take_warnings() {
@@ -222,9 +237,24 @@ std::optional<HangVerdict> HangDetector::desync_verdict() const {
     }
     groups.push_back(Group{op, bytes, dtype, {rank}});
   };
+  const std::string& group = desync_->group;
+  // Of another group, each rank's open collective there, if it is k.
+  std::vector<int> group_ranks;
+  auto open_in_group = [&](const RankReport& r) -> const CollectiveSeen* {
+    for (const SubgroupProgress& g : r.subgroups) {
+      if (g.group != group) continue;
+      if (group_ranks.empty()) group_ranks = g.ranks;
+      return g.open && g.open->sequence == k ? &*g.open : nullptr;
+    }
+    return nullptr;
+  };
   for (const Signature& s : desync_->seen) add(s.rank, s.op, s.bytes, s.dtype);
   for (size_t i = 0; i < ranks_.size(); ++i) {
     if (!ranks_[i].monitored) continue;
+    if (!group.empty()) {
+      if (const CollectiveSeen* c = open_in_group(*ranks_[i].report)) add(static_cast<int>(i), c->op, c->bytes, c->dtype);
+      continue;
+    }
     for (const CollectiveSeen& c : ranks_[i].report->recent) {
       if (c.sequence == k) add(static_cast<int>(i), c.op, c.bytes, c.dtype);
     }
@@ -244,8 +274,15 @@ std::optional<HangVerdict> HangDetector::desync_verdict() const {
     v.culprits.insert(v.culprits.end(), groups[g].ranks.begin(), groups[g].ranks.end());
   }
   std::sort(v.culprits.begin(), v.culprits.end());
+  v.group = group;
+  v.group_ranks = group_ranks;
   for (size_t i = 0; i < ranks_.size(); ++i) {
     if (!ranks_[i].monitored) continue;
+    if (!group.empty()) {
+      const CollectiveSeen* c = open_in_group(*ranks_[i].report);
+      if (c && (c->state == "enqueued" || c->state == "started")) v.waiting.push_back(static_cast<int>(i));
+      continue;
+    }
     for (const CollectiveSeen& c : open_collectives(*ranks_[i].report)) {
       if (c.sequence == k) v.waiting.push_back(static_cast<int>(i));
     }
@@ -259,7 +296,11 @@ std::optional<HangVerdict> HangDetector::desync_verdict() const {
                           bytes_differ ? format_bytes_exact(g.bytes) : format_bytes(g.bytes));
     if (!g.dtype.empty()) issued += " " + g.dtype;
   }
-  v.summary = fmt::format("desync at collective #{}: {}", k, issued);
+  v.summary = group.empty() ? fmt::format("desync at collective #{}: {}", k, issued)
+                            : fmt::format("desync at collective #{} of group {}{}: {}", k, group,
+                                          group_ranks.empty() ? std::string()
+                                                              : " (ranks " + format_ranks(group_ranks) + ")",
+                                          issued);
   return v;
 }
 

@@ -169,8 +169,10 @@ class HangDetector {
   };
   struct Desync {
     uint64_t sequence = 0;
+    std::string group;            // empty: the default group's collective
     std::vector<Signature> seen;  // the conflicting reports as first noticed
   };
+  using FirstSeen = std::map<uint64_t, Signature>;  // sequence -> first report, bounded
 
   struct OpenCollective {  // the smallest collective open on some rank
     uint64_t sequence = 0;   // 0: none
@@ -189,6 +191,9 @@ class HangDetector {
   std::optional<HangVerdict> subgroup_verdict(const std::vector<int>& among, SteadyTime now,
                                               const std::string* then) const;
   void record_collectives(const RankReport& report);
+  /// Compares what `sig` issued as collective `sequence` of `group` with the
+  /// first report of it in `seen`, noting a desync where they differ.
+  void compare_signature(FirstSeen& seen, const std::string& group, uint64_t sequence, const Signature& sig);
   std::string describe(int rank) const;
   /// "rank 3 (host h3, pid 103)": how a warning names a rank.
   std::string who(int rank) const;
@@ -199,7 +204,8 @@ class HangDetector {
   const Clock& clock_;
   std::vector<RankState> ranks_;
   SteadyTime last_progress_{};
-  std::map<uint64_t, Signature> first_seen_;  // sequence -> first report, bounded
+  FirstSeen first_seen_;                             // the default group's collectives
+  std::map<std::string, FirstSeen> first_seen_in_;  // other groups' (their open ones), by group
   std::optional<Desync> desync_;
   std::optional<HangVerdict> verdict_;
   TroubleWarnings trouble_;

@@ -35,15 +35,19 @@ struct CollectiveSeen {
 inline bool collective_op_known(const std::string& op) { return !op.empty() && op != "unknown"; }
 
 /// A Python rank's count of the collectives it called on one process group
-/// other than the default one (dist.new_group). The companion numbers each
-/// group's calls itself; every member calls them in the same order, so the
-/// numbers match across members. Not part of the default group's sequence.
+/// other than the default one (dist.new_group): torch's own counter of that
+/// group where the companion saw it made, else the companion's count of the
+/// calls; every member calls them in the same order, so the numbers match
+/// across members. Not part of the default group's sequence.
 struct SubgroupProgress {
   std::string group;         // torch's name for the group, alike on every member
-  std::vector<int> ranks;    // its members' global ranks, ascending
+  std::vector<int> ranks;    // its members' global ranks, ascending; empty: not known yet
   uint64_t last_enqueued = 0;
   uint64_t last_completed = 0;
-  std::optional<CollectiveSeen> open;  // the oldest of its collectives the rank has open
+  /// The oldest of its collectives the rank has open; where none is, the
+  /// last one if it failed (state "failed": a rank whose collective raised
+  /// on a mismatch is still compared with the others).
+  std::optional<CollectiveSeen> open;
 };
 
 struct RankReport {

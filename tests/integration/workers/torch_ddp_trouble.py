@@ -15,6 +15,8 @@ and all-reduces the loss for logging.
                     (dist.new_group([0, 1])) every step; the rank (0 or 1) skips that
                     at STEP and goes on into the loss all_reduce on every rank, where
                     its partner, waiting in the group's, never arrives
+      subgroup-size as subgroup-skip, but at STEP the rank all-reduces a tensor of a
+                    different size in that group
       raise         the rank raises ValueError at STEP (no @record anywhere)
       loader-crash  the rank's DataLoader worker raises at STEP
   --ddp-groups      DDP runs on data-parallel groups instead of the default one: ranks 0
@@ -37,7 +39,7 @@ import torch.distributed as dist
 import torch.nn as nn
 from torch.utils.data import DataLoader, Dataset
 
-TROUBLES = ("data-hang", "skip", "size", "raise", "loader-crash", "subgroup-skip")
+TROUBLES = ("data-hang", "skip", "size", "raise", "loader-crash", "subgroup-skip", "subgroup-size")
 
 
 def parse_trouble(text):
@@ -86,7 +88,7 @@ def main():
     dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=120))
     rank = dist.get_rank()
     mine = rank == who
-    pair = dist.new_group([0, 1]) if kind == "subgroup-skip" else None
+    pair = dist.new_group([0, 1]) if kind in ("subgroup-skip", "subgroup-size") else None
     ddp_group = None
     if args.ddp_groups:   # every rank makes every group, in the same order
         groups = [dist.new_group([0, 1])] + [dist.new_group([r]) for r in range(2, dist.get_world_size())]
@@ -116,6 +118,8 @@ def main():
         if pair is not None and rank in (0, 1):
             if mine and step == at:
                 announce(kind, step, rank)
+                if kind == "subgroup-size":
+                    dist.all_reduce(torch.zeros(1000), group=pair)
             else:
                 dist.all_reduce(metric.clone(), group=pair)
         if mine and kind == "size" and step == at:
