@@ -3,7 +3,8 @@ through the Python companion that ddplaunch injects into every Python rank.
 
 Each job runs workers/torch_ddp_trouble.py, a plain DDP script that knows nothing of
 ddplaunch, on 3 ranks with --heartbeat-interval 0.5 and a short hang timeout, and
-injects one trouble (a rank blocked in data loading, also with DDP on a subgroup, a
+injects one trouble (a rank blocked in data loading, also in a DataLoader worker process,
+also with DDP on a subgroup, a
 skipped all_reduce, one skipped in a subgroup, a different tensor size, also in a
 subgroup, an exception, a crash in a DataLoader worker),
 or is stopped from outside
@@ -114,7 +115,33 @@ class PythonCompanionTestCase(LauncherTestCase):
 
 class PythonHangTests(PythonCompanionTestCase):
     def test_rank_blocked_in_data_loading(self):
-        res, w = self.run_trouble("data-hang@20:2")
+        res, _ = self.assert_rank_2_blocked_in_data_loading()
+        self.assertIn("time.sleep(3600)", (self.rank_dir(2) / "stacks.log").read_text())
+
+    def test_rank_blocked_in_a_dataloader_worker(self):
+        """With DataLoader workers the line that holds the rank up runs in a worker
+        process: the merged stack goes on from the rank's wait into that worker's."""
+        res, culprit_stack = self.assert_rank_2_blocked_in_data_loading("--workers", "2")
+        m = re.search(r" -> DataLoader worker \(worker (\d), pid (\d+)\) -> ", culprit_stack)
+        self.assertIsNotNone(m, res.describe())
+        worker_pid = m.group(2)
+        log = (self.rank_dir(2) / "stacks.log").read_text()
+        self.assertIn(f"--- DataLoader worker (worker {m.group(1)}, pid {worker_pid}) ---", log)
+        # Every worker of rank 2 answered on its own too, the stuck one in __getitem__.
+        children = set(re.findall(r"^Thread child pid (\d+): ", log, re.M))
+        self.assertEqual(len(children), 2, log)
+        self.assertIn(worker_pid, children)
+        stuck = [t for t in log.split("\nThread ") if t.startswith(f"child pid {worker_pid}: ")]
+        self.assertIn("time.sleep(3600)", "".join(stuck))
+        for r in (0, 1):   # the waiting ranks' workers answered, idle
+            self.assertEqual(len(set(re.findall(r"^Thread child pid (\d+): ",
+                                                (self.rank_dir(r) / "stacks.log").read_text(), re.M))), 2)
+
+    def assert_rank_2_blocked_in_data_loading(self, *script_args):
+        """Runs rank 2 into a blocking Dataset.__getitem__ at step 20; checks the
+        report, its timing, the merged stacks, failure.json and that nothing is left.
+        Returns the result and rank 2's merged stack."""
+        res, w = self.run_trouble("data-hang@20:2", *script_args)
         self.assertEqual(res.rc, HANG_EXIT, res.describe())
         stuck = w.first(STUCK_RE, "err")
         self.assertIsNotNone(stuck, "no stuck_collective report" + res.describe())
@@ -146,8 +173,8 @@ class PythonHangTests(PythonCompanionTestCase):
         for r in range(NPROC):
             text = (self.rank_dir(r) / "stacks.log").read_text()
             self.assertIn("MainThread", text)
-        self.assertIn("time.sleep(3600)", (self.rank_dir(2) / "stacks.log").read_text())
         self.assert_no_leftovers(timeout=2.0)
+        return res, culprit_stack
 
     def test_rank_that_skips_an_all_reduce(self):
         res, w = self.run_trouble("skip@10:1")

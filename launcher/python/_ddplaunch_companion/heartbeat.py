@@ -3,9 +3,10 @@ requests (stack dumps) answered promptly even while the training threads sit
 in C++ with the GIL released."""
 
 import os
+import sys
 import threading
 
-from . import nccl_flight_recorder, stacks
+from . import child_stacks, nccl_flight_recorder, stacks
 from .channel import Channel
 from .progress import STATE, build_heartbeat, perf
 
@@ -79,6 +80,13 @@ class Agent(object):
 
     def dump_stacks(self):
         threads = stacks.collect(self.own_threads)
+        try:   # the forked children's too, and the worker the main thread waits for
+            main = sys._current_frames().get(threading.main_thread().ident)
+            child_stacks.attach(threads, child_stacks.dump_children(os.getpid()),
+                                child_stacks.awaited_worker(main))
+            main = None
+        except Exception:
+            pass
         stacks.write_log(self.log_dir, threads, os.getpid())
         with self.channel.lock:
             self.channel.send_bytes(stacks.encode_message(threads), 1.0)
@@ -118,3 +126,4 @@ class Agent(object):
         # must stay silent and only drop its copy of the socket.
         STATE.sending = False
         self.channel.close_fd()
+        child_stacks.arm_in_child()   # its stacks on the rank's request
