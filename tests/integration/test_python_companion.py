@@ -300,6 +300,26 @@ class PythonCrashTests(PythonCompanionTestCase):
         self.assertRegex(res.err, r"traceback : Traceback \(most recent call last\):")
         self.assert_no_leftovers(timeout=2.0)
 
+    def test_segfault_shows_the_python_stack_at_the_signal(self):
+        res, _ = self.run_trouble("segfault@5:1")
+        self.assertEqual(res.rc, 128 + signal.SIGSEGV, res.describe())   # as a shell reports it
+        self.assertRegex(res.err, r"rank 1 \(node 0, local rank 1, pid \d+\) failed: killed by SIGSEGV")
+        self.assertIn("  Python stack at the fatal signal (fatal_stack.log):\n"
+                      "    Fatal Python error: Segmentation fault\n", res.err)
+        self.assertRegex(res.err, r'\n      File "[^"]*torch_ddp_trouble\.py", line \d+ in decode_natively\n'
+                                  r'      File "[^"]*torch_ddp_trouble\.py", line \d+ in main\n')
+        self.assertRegex(res.err, r"traceback : Signal 11 \(SIGSEGV\) received by PID \d+\n"
+                                  r"  Fatal Python error: Segmentation fault\n")
+        root = self.failure_json()["root_cause"]
+        self.assertEqual((root["rank"], root["signal_name"]), (1, "SIGSEGV"))
+        self.assertIn("in decode_natively", root["traceback"])
+        self.assertEqual(root["traceback"], root["fatal_stack"])
+        self.assertNotIn("Extension modules", root["fatal_stack"])
+        # The ranks the launcher stopped wrote nothing: their empty files are gone.
+        for r in (0, 2):
+            self.assertFalse((self.rank_dir(r) / "fatal_stack.log").exists())
+        self.assert_no_leftovers(timeout=2.0)
+
     def test_crash_in_a_dataloader_worker(self):
         res, _ = self.run_trouble("loader-crash@5:1")
         self.assertEqual(res.rc, 1, res.describe())

@@ -64,6 +64,64 @@ TEST(FailureReport, ReadsTheTracebackFromTheErrorFile) {
   EXPECT_NE(format_failure(0, w, ev).find("    RuntimeError: boom"), std::string::npos);
 }
 
+// What faulthandler writes at SIGSEGV on Python 3.11.
+const char* kFatalStack =
+    "Fatal Python error: Segmentation fault\n\nStack (most recent call first):\n"
+    "  File \"/usr/lib/python3.11/ctypes/__init__.py\", line 519 in string_at\n"
+    "  File \"/tmp/train.py\", line 4 in load_batch\n\n"
+    "Extension modules: torch._C, torch._C._fft, numpy.core._multiarray_umath (total: 3)\n";
+
+std::filesystem::path write_temp(const std::string& name, const std::string& text) {
+  const auto path = std::filesystem::temp_directory_path() / (name + std::to_string(::getpid()));
+  std::ofstream(path, std::ios::binary) << text;
+  return path;
+}
+
+TEST(FailureReport, TheFatalSignalStackIsTheTracebackOfACrash) {
+  const auto path = write_temp("ddp_fatal_", kFatalStack);
+  FailureEvidence ev;
+  ev.fatal_stack = read_fatal_stack(path);
+  std::filesystem::remove(path);
+  EXPECT_EQ(ev.fatal_stack,
+            "Fatal Python error: Segmentation fault\n\nStack (most recent call first):\n"
+            "  File \"/usr/lib/python3.11/ctypes/__init__.py\", line 519 in string_at\n"
+            "  File \"/tmp/train.py\", line 4 in load_batch");
+  const WorkerRecord w = failed_worker(ExitStatus::killed(SIGSEGV));
+  const auto j = failure_to_json(w, ev);
+  EXPECT_EQ(j["traceback"], ev.fatal_stack);
+  EXPECT_EQ(j["fatal_stack"], ev.fatal_stack);
+  const std::string text = format_failure(0, w, ev);
+  EXPECT_NE(text.find("failed: killed by SIGSEGV"), std::string::npos) << text;
+  EXPECT_NE(text.find("  Python stack at the fatal signal (fatal_stack.log):\n"
+                      "    Fatal Python error: Segmentation fault\n"),
+            std::string::npos)
+      << text;
+  EXPECT_NE(text.find("\n      File \"/tmp/train.py\", line 4 in load_batch\n"), std::string::npos) << text;
+}
+
+TEST(FailureReport, AnErrorFileTracebackComesFirstAndTheFatalStackStaysBesideIt) {
+  // A DataLoader worker aborted (its stack in the file), then the rank raised.
+  FailureEvidence ev;
+  ev.error_file = nlohmann::json::parse(kTorchErrorFile);
+  ev.fatal_stack = "Fatal Python error: Aborted";
+  const auto j = failure_to_json(failed_worker(ExitStatus::exited(1)), ev);
+  EXPECT_NE(j["traceback"].get<std::string>().find("RuntimeError: boom"), std::string::npos);
+  EXPECT_EQ(j["fatal_stack"], "Fatal Python error: Aborted");
+}
+
+TEST(FailureReport, AMissingEmptyOrLongFatalStackFile) {
+  EXPECT_EQ(read_fatal_stack("/nonexistent/fatal_stack.log"), "");
+  const auto empty = write_temp("ddp_fatal_empty_", "");
+  EXPECT_EQ(read_fatal_stack(empty), "");
+  std::filesystem::remove(empty);
+  const auto long_file = write_temp("ddp_fatal_long_", std::string(40000, 'x') + "\nthe end\n");
+  const std::string text = read_fatal_stack(long_file);
+  std::filesystem::remove(long_file);
+  EXPECT_EQ(text.size(), 16u * 1024 - 1);   // the last 16 KiB, less the final newline
+  EXPECT_EQ(text.substr(text.size() - 8), "\nthe end");
+  EXPECT_TRUE(failure_to_json(failed_worker(ExitStatus::killed(SIGSEGV)), FailureEvidence{})["fatal_stack"].is_null());
+}
+
 TEST(FailureReport, MissingOrGarbledErrorFileIsIgnored) {
   EXPECT_FALSE(read_error_file("/nonexistent/error.json").has_value());
   const auto path = std::filesystem::temp_directory_path() / ("ddp_bad_" + std::to_string(::getpid()) + ".json");

@@ -150,6 +150,19 @@ TEST(RootCauseSummary, SignalsAndErrorFilesAndOtherFailures) {
                               "last):\n    File \"t.py\"\n  ValueError: x\n"));
 }
 
+TEST(RootCauseSummary, ACrashShowsThePythonStackAtTheSignal) {
+  RankFailure root;
+  root.rank = 1;
+  root.pid = 20;
+  root.signal = SIGSEGV;
+  root.fatal_stack = "Fatal Python error: Segmentation fault\n\nStack (most recent call first):\n"
+                     "  File \"/tmp/train.py\", line 4 in load_batch";
+  EXPECT_THAT(format_root_cause_summary("train.py", root, {}),
+              HasSubstr("  traceback : Signal 11 (SIGSEGV) received by PID 20\n"
+                        "  Fatal Python error: Segmentation fault\n  \n  Stack (most recent call first):\n"
+                        "    File \"/tmp/train.py\", line 4 in load_batch\n"));
+}
+
 TEST(RootCauseSummary, ARootCauseOnAnotherNodeListsThisNodesFailuresAsWhatFollowed) {
   RankFailure local;
   local.rank = 0;

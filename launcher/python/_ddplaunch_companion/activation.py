@@ -7,7 +7,7 @@ import atexit
 import os
 import sys
 
-from . import announcements, collectives, error_file, public_api, sigterm_guard, torch_hooks
+from . import announcements, collectives, error_file, fatal_stack, public_api, sigterm_guard, torch_hooks
 from .channel import Channel
 from .heartbeat import Agent
 from .progress import STATE
@@ -73,6 +73,7 @@ def activate():
     # that name is imported already.
     sys.modules.setdefault("ddplaunch", public_api)
     error_file.install(pid)
+    agent.fatal_stack = fatal_stack.install(agent.log_dir)
     atexit.register(agent.at_exit)
     agent.start()
     return agent

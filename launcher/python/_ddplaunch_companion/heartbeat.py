@@ -21,6 +21,7 @@ class Agent(object):
         self.own_threads = set()         # idents left out of stack dumps
         self.recorder_busy = False
         self.announcements = None        # announcements.Announcements, where it could be made
+        self.fatal_stack = None          # fatal_stack.FatalStack, where faulthandler is ours
 
     # -- sending (any thread) ------------------------------------------------
     def send_heartbeat(self, wait, exiting=False, lock_timeout=-1):
@@ -111,6 +112,8 @@ class Agent(object):
     # -- process events ----------------------------------------------------------
     def at_exit(self):
         if os.getpid() == self.pid:
+            if self.fatal_stack is not None:
+                self.fatal_stack.remove_if_empty()
             if self.announcements is not None:   # where the agent never mapped it
                 try:
                     os.unlink(self.announcements.path)

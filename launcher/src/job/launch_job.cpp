@@ -216,6 +216,7 @@ class JobListener final : public SupervisorListener {
     FailureEvidence evidence;
     evidence.stderr_tail = router_.stderr_tail(worker.local_rank);
     evidence.error_file = read_error_file(rank_dir(plan_, attempt, worker.rank) / "error.json");
+    evidence.fatal_stack = read_fatal_stack(rank_dir(plan_, attempt, worker.rank) / kFatalStackFileName);
     evidence.likely_oom = worker.exit && worker.exit->signal == SIGKILL && oom_kills_at_start_ &&
                           oom_.kills().value_or(0) > *oom_kills_at_start_;
     failures_.push_back(failure_to_json(worker, evidence));
@@ -223,6 +224,7 @@ class JobListener final : public SupervisorListener {
   }
 
   void on_attempt_ended(int attempt, const std::vector<WorkerRecord>& workers) override {
+    for (const WorkerRecord& w : workers) remove_if_empty(rank_dir(plan_, attempt, w.rank) / kFatalStackFileName);
     const auto root = std::find_if(workers.begin(), workers.end(),
                                    [](const WorkerRecord& w) { return w.state == WorkerState::kFailed; });
     if (root == workers.end() && !stop_report_.empty()) {
@@ -349,7 +351,15 @@ class JobListener final : public SupervisorListener {
     const fs::path error_file = rank_dir(plan_, attempt, w.rank) / "error.json";
     f.error_file_contents = read_error_file(error_file);
     if (f.error_file_contents) f.error_file = error_file.string();
+    f.fatal_stack = read_fatal_stack(rank_dir(plan_, attempt, w.rank) / kFatalStackFileName);
     return f;
+  }
+
+  // The companion opens its fatal-signal stack file at start; a rank
+  // stopped by a signal it does not catch (SIGTERM, SIGKILL) leaves it empty.
+  static void remove_if_empty(const fs::path& path) {
+    std::error_code ec;
+    if (fs::file_size(path, ec) == 0 && !ec) fs::remove(path, ec);
   }
 
   // The last resource sample of every local rank (CPU, memory, GPUs; see

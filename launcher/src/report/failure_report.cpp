@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <fstream>
 
 namespace ddp {
@@ -31,6 +32,25 @@ std::optional<nlohmann::json> read_error_file(const std::filesystem::path& path)
   return doc;
 }
 
+std::string read_fatal_stack(const std::filesystem::path& path) {
+  constexpr std::streamoff kMaxBytes = 16 * 1024;
+  std::ifstream in(path, std::ios::binary | std::ios::ate);
+  if (!in) return {};
+  const std::streamoff size = in.tellg();
+  if (size <= 0) return {};
+  const std::streamoff start = std::max<std::streamoff>(0, size - kMaxBytes);
+  in.seekg(start);
+  std::string text(static_cast<size_t>(size - start), '\0');
+  in.read(text.data(), static_cast<std::streamsize>(text.size()));
+  text.resize(static_cast<size_t>(in.gcount()));
+  // Python 3.11+ ends the dump with the list of loaded extension modules:
+  // long, and not where the rank was.
+  const size_t modules = text.rfind("\nExtension modules: ");
+  if (modules != std::string::npos) text.erase(modules);
+  while (!text.empty() && (text.back() == '\n' || text.back() == ' ')) text.pop_back();
+  return text;
+}
+
 std::optional<std::string> traceback_of(const nlohmann::json& error_file) {
   const nlohmann::json::json_pointer pointer("/message/extraInfo/py_callstack");
   if (error_file.contains(pointer) && error_file.at(pointer).is_string()) {
@@ -46,6 +66,7 @@ nlohmann::json failure_to_json(const WorkerRecord& worker, const FailureEvidence
   if (evidence.error_file) {
     if (auto tb = traceback_of(*evidence.error_file)) traceback = *tb;
   }
+  if (traceback.is_null() && !evidence.fatal_stack.empty()) traceback = evidence.fatal_stack;
   return {
       {"rank", worker.rank},
       {"local_rank", worker.local_rank},
@@ -59,6 +80,7 @@ nlohmann::json failure_to_json(const WorkerRecord& worker, const FailureEvidence
       {"stderr_tail", evidence.stderr_tail},
       {"error_file", evidence.error_file ? *evidence.error_file : nlohmann::json(nullptr)},
       {"traceback", traceback},
+      {"fatal_stack", evidence.fatal_stack.empty() ? nlohmann::json(nullptr) : nlohmann::json(evidence.fatal_stack)},
   };
 }
 
@@ -98,6 +120,10 @@ std::string format_failure(int node_rank, const WorkerRecord& worker, const Fail
       out += "  traceback (from TORCHELASTIC_ERROR_FILE):\n";
       append_indented(out, *tb, "    ");
     }
+  }
+  if (!evidence.fatal_stack.empty()) {
+    out += fmt::format("  Python stack at the fatal signal ({}):\n", kFatalStackFileName);
+    append_indented(out, evidence.fatal_stack, "    ");
   }
   return out;
 }

@@ -20,8 +20,19 @@ struct FailureEvidence {
   std::vector<std::string> stderr_tail;
   /// The parsed TORCHELASTIC_ERROR_FILE, when the worker wrote one.
   std::optional<nlohmann::json> error_file;
+  /// What the Python companion's faulthandler wrote at a fatal signal
+  /// (rank_<r>/fatal_stack.log): the crashing thread's Python stack, the
+  /// rank's or a forked DataLoader worker's. Empty when nothing was written.
+  std::string fatal_stack;
   bool likely_oom = false;
 };
+
+/// The fatal-signal stack file's name in a rank's log folder.
+inline constexpr const char* kFatalStackFileName = "fatal_stack.log";
+
+/// The text of a fatal-signal stack file, at most its last 16 KiB, without
+/// the closing list of extension modules; "" when missing or empty.
+std::string read_fatal_stack(const std::filesystem::path& path);
 
 /// Reads a TORCHELASTIC_ERROR_FILE; nullopt when missing or not JSON.
 std::optional<nlohmann::json> read_error_file(const std::filesystem::path& path);

@@ -27,7 +27,11 @@ std::string traceback(const RankFailure& f) {
   if (f.error_file_contents) {
     if (auto tb = traceback_of(*f.error_file_contents)) return *tb;
   }
-  if (f.signal != 0) return fmt::format("Signal {} ({}) received by PID {}", f.signal, signal_name(f.signal), f.pid);
+  if (f.signal != 0) {
+    std::string text = fmt::format("Signal {} ({}) received by PID {}", f.signal, signal_name(f.signal), f.pid);
+    if (!f.fatal_stack.empty()) text += "\n" + f.fatal_stack;
+    return text;
+  }
   return "not recorded (decorate the script's main with torch.distributed.elastic.multiprocessing.errors.record)";
 }
 

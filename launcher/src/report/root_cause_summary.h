@@ -27,6 +27,7 @@ struct RankFailure {
   int signal = 0;
   std::string error_file;  // the worker's TORCHELASTIC_ERROR_FILE, "" when it wrote none
   std::optional<nlohmann::json> error_file_contents;
+  std::string fatal_stack;  // the Python stack at a fatal signal (FailureEvidence::fatal_stack), or ""
 };
 
 /// program: PROGRAM as the user gave it. others: the other workers that

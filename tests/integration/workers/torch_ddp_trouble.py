@@ -18,6 +18,8 @@ and all-reduces the loss for logging.
       subgroup-size as subgroup-skip, but at STEP the rank all-reduces a tensor of a
                     different size in that group
       raise         the rank raises ValueError at STEP (no @record anywhere)
+      segfault      the rank dereferences NULL in native code at STEP (SIGSEGV), as a
+                    broken extension would
       loader-crash  the rank's DataLoader worker raises at STEP
   --ddp-groups      DDP runs on data-parallel groups instead of the default one: ranks 0
                     and 1 share one (dist.new_group([0, 1]), passed as process_group=),
@@ -30,6 +32,7 @@ Just before the trouble the rank prints to stderr, flushed:
   torch_ddp_trouble: KIND at step N (rank R)
 """
 import argparse
+import ctypes
 import datetime
 import sys
 import time
@@ -39,7 +42,7 @@ import torch.distributed as dist
 import torch.nn as nn
 from torch.utils.data import DataLoader, Dataset
 
-TROUBLES = ("data-hang", "skip", "size", "raise", "loader-crash", "subgroup-skip", "subgroup-size")
+TROUBLES = ("data-hang", "skip", "size", "raise", "segfault", "loader-crash", "subgroup-skip", "subgroup-size")
 
 
 def parse_trouble(text):
@@ -48,6 +51,10 @@ def parse_trouble(text):
     if kind not in TROUBLES or not step.isdigit() or not rank.isdigit():
         raise SystemExit(f"torch_ddp_trouble: bad --trouble {text!r} (KIND@STEP:RANK)")
     return kind, int(step), int(rank)
+
+
+def decode_natively():
+    ctypes.string_at(0)   # reads address 0: SIGSEGV
 
 
 def announce(kind, step, rank):
@@ -110,6 +117,9 @@ def main():
         if mine and kind == "raise" and step == at:
             announce(kind, step, rank)
             raise ValueError(f"bad value at step {step}")
+        if mine and kind == "segfault" and step == at:
+            announce(kind, step, rank)
+            decode_natively()
         opt.zero_grad()
         loss = loss_fn(model(x), y)
         loss.backward()
