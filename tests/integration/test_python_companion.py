@@ -266,6 +266,27 @@ class PythonHangTests(PythonCompanionTestCase):
                                   r"float32, rank 1 all_reduce 3\.9 KiB \(4000 B\) float32", res.describe())
         self.assert_no_leftovers(timeout=2.0)
 
+    def test_rank_that_holds_the_gil_in_c(self):
+        """Its companion's thread cannot run: the rank is silent, and its stacks come
+        from faulthandler, which the agent triggers with a signal."""
+        res, w = self.run_trouble("gil-hang@10:1")
+        self.assertEqual(res.rc, HANG_EXIT, res.describe())
+        silent = w.first(SILENT_RE, "err")
+        self.assertIsNotNone(silent, "no silent_rank report" + res.describe())
+        self.assertEqual(int(silent[1].group(1)), 1, res.describe())
+        self.assert_detected_in_time(w, silent, res)
+        groups = merged_groups(res.err)
+        self.assertIn("1", groups, res.describe())
+        stack, culprit = groups["1"]
+        self.assertTrue(culprit, res.describe())
+        self.assertRegex(stack, r"torch_ddp_trouble\.py:\d+ main \(hold_the_gil\(\)\) -> "
+                                r"torch_ddp_trouble\.py:\d+ hold_the_gil \(ctypes\.PyDLL\(None\)\.sleep\(3600\)")
+        hang = self.failure_json()["hang"]
+        by_ranks = {tuple(g["ranks"]): g for g in hang["stacks"]["groups"]}
+        self.assertEqual(set(by_ranks), {(0, 2), (1,)}, res.describe())
+        self.assertEqual(hang["stacks"]["did_not_answer"], [])
+        self.assert_no_leftovers(timeout=2.0)
+
     def test_sigstop_of_a_rank(self):
         launch, w = self.start_script()
         ranks = self.wait_until_all_report()

@@ -241,10 +241,13 @@ TEST(WorkerHealthBoard, ARequestIsDeliveredOnceAndAnsweredOnce) {
 TEST(WorkerHealthBoard, AWorkerThatDoesNotAnswerIsDescribedByItsProcess) {
   FakeClock clock;
   std::vector<int> described;
-  WorkerHealthBoard board(clock, 2s, [&](int pid) {
-    described.push_back(pid);
-    return std::string("stopped by a signal (state T)");
-  });
+  WorkerHealthBoard board(
+      clock, 2s,
+      [&](int pid) {
+        described.push_back(pid);
+        return std::string("stopped by a signal (state T)");
+      },
+      [](int) { return std::nullopt; });
   board.set_worker_pid(5, 4242);
   board.request_stack_dumps({5, 6});
   clock.advance(1s);
@@ -258,6 +261,34 @@ TEST(WorkerHealthBoard, AWorkerThatDoesNotAnswerIsDescribedByItsProcess) {
   EXPECT_EQ(answers[1].note, "did not answer, and its process is not known here");
   EXPECT_EQ(described, (std::vector<int>{4242}));
   EXPECT_TRUE(board.take_stacks().empty());
+}
+
+TEST(WorkerHealthBoard, AWorkerThatDoesNotAnswerGivesItsStacksBySignalWhereItCan) {
+  FakeClock clock;
+  std::vector<int> signalled;
+  WorkerHealthBoard board(
+      clock, 2s, [](int) { return std::string("running (state R) but did not answer"); },
+      [&](int pid) -> std::optional<std::vector<ThreadStack>> {
+        signalled.push_back(pid);
+        if (pid != 4242) return std::nullopt;
+        ThreadStack main{"thread 0x1", true, {{"load", "/home/u/train.py", 12, "decode(blob)"}}};
+        return std::vector<ThreadStack>{main};
+      });
+  board.set_worker_pid(5, 4242);
+  board.set_worker_pid(6, 4343);
+  board.request_stack_dumps({5, 6});
+  clock.advance(2s);
+  const auto answers = board.take_stacks();
+  ASSERT_EQ(answers.size(), 2u);
+  EXPECT_EQ(answers[0].language, "python");
+  ASSERT_EQ(answers[0].threads.size(), 1u);
+  EXPECT_EQ(answers[0].threads[0].frames[0].code, "decode(blob)");
+  EXPECT_EQ(answers[0].note,
+            "its companion did not answer (running (state R) but did not answer); stacks by faulthandler on a signal");
+  EXPECT_EQ(answers[1].language, "process");
+  EXPECT_TRUE(answers[1].threads.empty());
+  EXPECT_EQ(answers[1].note, "running (state R) but did not answer");
+  EXPECT_EQ(signalled, (std::vector<int>{4242, 4343}));
 }
 
 // A board whose rank's announcements come from `writer`'s file.

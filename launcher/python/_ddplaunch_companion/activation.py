@@ -7,7 +7,8 @@ import atexit
 import os
 import sys
 
-from . import announcements, collectives, error_file, fatal_stack, public_api, sigterm_guard, torch_hooks
+from . import (announcements, collectives, error_file, fatal_stack, public_api, sigterm_guard,
+               signal_stacks, torch_hooks)
 from .channel import Channel
 from .heartbeat import Agent
 from .progress import STATE
@@ -74,6 +75,7 @@ def activate():
     sys.modules.setdefault("ddplaunch", public_api)
     error_file.install(pid)
     agent.fatal_stack = fatal_stack.install(agent.log_dir)
+    signal_stacks.arm()   # the agent's way to our stacks when we cannot answer
     atexit.register(agent.at_exit)
     agent.start()
     return agent

@@ -6,7 +6,7 @@ import os
 import sys
 import threading
 
-from . import child_stacks, nccl_flight_recorder, stacks
+from . import nccl_flight_recorder, signal_stacks, stacks
 from .channel import Channel
 from .progress import STATE, build_heartbeat, perf
 
@@ -83,8 +83,8 @@ class Agent(object):
         threads = stacks.collect(self.own_threads)
         try:   # the forked children's too, and the worker the main thread waits for
             main = sys._current_frames().get(threading.main_thread().ident)
-            child_stacks.attach(threads, child_stacks.dump_children(os.getpid()),
-                                child_stacks.awaited_worker(main))
+            signal_stacks.attach(threads, signal_stacks.dump_children(os.getpid()),
+                                signal_stacks.awaited_worker(main))
             main = None
         except Exception:
             pass
@@ -129,4 +129,4 @@ class Agent(object):
         # must stay silent and only drop its copy of the socket.
         STATE.sending = False
         self.channel.close_fd()
-        child_stacks.arm_in_child()   # its stacks on the rank's request
+        signal_stacks.arm()   # its stacks on the rank's request

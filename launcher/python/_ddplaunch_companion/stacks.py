@@ -50,7 +50,7 @@ def format_log(threads, pid):
         lines.append("Thread %s%s (most recent call last):"
                      % (t["name"], " [main]" if t["main"] else ""))
         for f in t["frames"]:
-            if not f["file"]:   # where the stack goes on in another process (child_stacks.attach)
+            if not f["file"]:   # where the stack goes on in another process (signal_stacks.attach)
                 lines.append("  --- %s (%s) ---" % (f["function"], f["code"]))
                 continue
             lines.append('  File "%s", line %d, in %s' % (f["file"], f["line"], f["function"]))

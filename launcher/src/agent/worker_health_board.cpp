@@ -3,13 +3,18 @@
 #include <algorithm>
 
 #include "stacks/process_state.h"
+#include "stacks/python_signal_stacks.h"
 
 namespace ddp {
 
-WorkerHealthBoard::WorkerHealthBoard(const Clock& clock, Duration answer_timeout, ProcessDescriber describe)
+WorkerHealthBoard::WorkerHealthBoard(const Clock& clock, Duration answer_timeout, ProcessDescriber describe,
+                                     SignalStackReader read_by_signal)
     : clock_(clock),
       answer_timeout_(answer_timeout),
-      describe_(describe ? std::move(describe) : ProcessDescriber(describe_unanswering_process)) {}
+      describe_(describe ? std::move(describe) : ProcessDescriber(describe_unanswering_process)),
+      read_by_signal_(read_by_signal ? std::move(read_by_signal) : SignalStackReader([](int pid) {
+        return python_stacks_by_signal(pid, std::chrono::milliseconds(300));
+      })) {}
 
 void WorkerHealthBoard::record(RankReport report) {
   std::lock_guard<std::mutex> lock(mutex_);
@@ -215,12 +220,19 @@ std::vector<RankStacks> WorkerHealthBoard::take_stacks() {
       it = dump_requests_.erase(it);
     }
   }
-  // /proc is read without the lock held.
+  // /proc is read, and a Python rank signalled, without the lock held.
   for (const auto& [rank, pid] : overdue) {
     RankStacks note;
     note.rank = rank;
     note.language = "process";
     note.note = pid > 0 ? describe_(pid) : "did not answer, and its process is not known here";
+    if (pid > 0) {
+      if (std::optional<std::vector<ThreadStack>> threads = read_by_signal_(pid)) {
+        note.language = "python";
+        note.threads = std::move(*threads);
+        note.note = "its companion did not answer (" + note.note + "); stacks by faulthandler on a signal";
+      }
+    }
     out.push_back(std::move(note));
   }
   return out;

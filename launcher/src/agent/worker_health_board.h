@@ -36,11 +36,15 @@ class WorkerHealthBoard {
  public:
   /// Says what a process that did not answer is doing, by pid.
   using ProcessDescriber = std::function<std::string(int pid)>;
+  /// Takes the Python stacks of a process that did not answer, without its
+  /// help (a signal to faulthandler); nullopt where it cannot. May block.
+  using SignalStackReader = std::function<std::optional<std::vector<ThreadStack>>(int pid)>;
 
   /// clock: kept by reference, outlives the board. describe: defaults to
-  /// describe_unanswering_process (process_state.h).
+  /// describe_unanswering_process (process_state.h); read_by_signal to
+  /// python_stacks_by_signal (python_signal_stacks.h) waiting up to 0.3 s.
   explicit WorkerHealthBoard(const Clock& clock, Duration answer_timeout = std::chrono::seconds(2),
-                             ProcessDescriber describe = {});
+                             ProcessDescriber describe = {}, SignalStackReader read_by_signal = {});
 
   void record(RankReport report);
   /// Where a Python rank announces each collective as it starts. Its reports
@@ -76,8 +80,9 @@ class WorkerHealthBoard {
   bool take_stack_dump_request(int rank);
   /// A worker's answer. Ignored unless its rank was asked.
   void record_stacks(RankStacks stacks);
-  /// The answers since the last call, and a description of each worker asked
-  /// more than answer_timeout ago that has not answered.
+  /// The answers since the last call, and for each worker asked more than
+  /// answer_timeout ago that has not answered, the stacks its faulthandler
+  /// gave on a signal, else a description of its process.
   std::vector<RankStacks> take_stacks();
   /// Called after each answer (e.g. to forward it without waiting for the
   /// next heartbeat). Set once, before workers start.
@@ -92,6 +97,7 @@ class WorkerHealthBoard {
   const Clock& clock_;
   const Duration answer_timeout_;
   ProcessDescriber describe_;
+  SignalStackReader read_by_signal_;
   std::function<void()> stacks_listener_;
   mutable std::mutex mutex_;
   std::map<int, std::pair<RankReport, SteadyTime>> latest_;  // by rank

@@ -20,6 +20,9 @@ and all-reduces the loss for logging.
       raise         the rank raises ValueError at STEP (no @record anywhere)
       segfault      the rank dereferences NULL in native code at STEP (SIGSEGV), as a
                     broken extension would
+      gil-hang      the rank blocks in C at STEP with the GIL held (libc sleep through
+                    ctypes.PyDLL), as an extension that forgot to release it would:
+                    no Python thread of the rank runs, the companion's neither
       loader-crash  the rank's DataLoader worker raises at STEP
   --ddp-groups      DDP runs on data-parallel groups instead of the default one: ranks 0
                     and 1 share one (dist.new_group([0, 1]), passed as process_group=),
@@ -42,7 +45,8 @@ import torch.distributed as dist
 import torch.nn as nn
 from torch.utils.data import DataLoader, Dataset
 
-TROUBLES = ("data-hang", "skip", "size", "raise", "segfault", "loader-crash", "subgroup-skip", "subgroup-size")
+TROUBLES = ("data-hang", "skip", "size", "raise", "segfault", "gil-hang", "loader-crash", "subgroup-skip",
+            "subgroup-size")
 
 
 def parse_trouble(text):
@@ -55,6 +59,11 @@ def parse_trouble(text):
 
 def decode_natively():
     ctypes.string_at(0)   # reads address 0: SIGSEGV
+
+
+def hold_the_gil():
+    while True:
+        ctypes.PyDLL(None).sleep(3600)   # PyDLL keeps the GIL during the call
 
 
 def announce(kind, step, rank):
@@ -120,6 +129,9 @@ def main():
         if mine and kind == "segfault" and step == at:
             announce(kind, step, rank)
             decode_natively()
+        if mine and kind == "gil-hang" and step == at:
+            announce(kind, step, rank)
+            hold_the_gil()
         opt.zero_grad()
         loss = loss_fn(model(x), y)
         loss.backward()

@@ -13,7 +13,7 @@ import time
 import unittest
 
 from companion_harness import CompanionTestCase, script
-from _ddplaunch_companion import child_stacks
+from _ddplaunch_companion import signal_stacks
 
 
 def marked_line(name, mark):
@@ -84,7 +84,7 @@ class ParseDumpTest(unittest.TestCase):
         with open(path, "w") as f:
             f.write(code)
         out = subprocess.run([sys.executable, path], capture_output=True, text=True, timeout=60).stdout
-        threads = child_stacks.parse_dump(out)
+        threads = signal_stacks.parse_dump(out)
         self.assertEqual(len(threads), 2, out)
         current = [t for t in threads if t["main"]]
         self.assertEqual(len(current), 1, out)
@@ -105,7 +105,7 @@ class ParseDumpTest(unittest.TestCase):
                 "\n"
                 "Current thread 0x00007f0000000002 (most recent call first):\n"
                 "  <no Python frame>\n")
-        threads = child_stacks.parse_dump(text)
+        threads = signal_stacks.parse_dump(text)
         self.assertEqual(threads[0]["frames"], [
             {"function": "outer", "file": "/nowhere/x.py", "line": 7, "code": ""},
             {"function": "lost", "file": "/nowhere/x.py", "line": 0, "code": ""}])

@@ -1,22 +1,24 @@
-"""The Python stacks of the rank's forked children (DataLoader workers with
-the fork start method, multiprocessing helpers), taken with the rank's own
-when the agent asks: where a rank waits for its data, the line that holds it
-up is in a worker process.
+"""Python stacks taken by a signal, without the GIL: the rank's forked
+children's (DataLoader workers with the fork start method, multiprocessing
+helpers), taken with the rank's own when the agent asks, and the rank's own
+when its companion cannot answer (a thread holds the GIL in C code): the
+agent then signals the rank itself (launcher/src/stacks/python_signal_stacks.h).
 
-A forked child keeps no companion (it must stay silent), only this: at fork,
-the standard library's faulthandler is told to write every thread's Python
-stack into an anonymous memory file (memfd "ddplaunch-stacks") on a signal
-(SIGRTMIN+6; the runtime's C++ stack dumps use SIGRTMIN+5). It writes from
-the signal handler, without the GIL, so a worker blocked in C (a read, a
-sleep, a lock) still answers; with SA_RESTART, the worker's own system calls
-go on undisturbed. The rank signals only a child that still has that memory
+At activation in the rank, and again in each forked child right after fork
+(a child keeps no companion: it must stay silent), the standard library's
+faulthandler is told to write every thread's Python stack into an anonymous
+memory file (memfd "ddplaunch-stacks") on a signal (SIGRTMIN+6; the
+runtime's C++ stack dumps use SIGRTMIN+5). It writes from the signal
+handler, without the GIL, so a process blocked in C (a read, a sleep, a
+lock) still answers; with SA_RESTART, its own system calls go on
+undisturbed. A reader signals only a process that still has that memory
 file and catches the signal (an exec() drops both, and the signal's default
-action would end the process), then reads what the child wrote through
+action would end the process), then reads what it wrote through
 /proc/<pid>/fd. Children started with spawn or forkserver, and subprocesses,
 are not covered.
 
-Threading: arm_in_child runs in the child right after fork; the rest runs on
-the companion's thread while it answers a stack request."""
+Threading: arm runs at activation and in the child right after fork; the
+rest runs on the companion's thread while it answers a stack request."""
 
 import faulthandler
 import linecache
@@ -36,8 +38,20 @@ _THREAD_RE = re.compile(r"^(Current thread|Thread) (0x[0-9a-fA-F]+) \(most recen
 _FRAME_RE = re.compile(r'^  File "(.*)", line (\d+|\?\?\?) in (.*)$')
 
 
-def arm_in_child():
-    """In a forked child: dump the stacks into our memory file on SIGNAL."""
+_fd = None   # this process's memory file
+
+
+def arm():
+    """Dump the stacks into this process's own memory file on SIGNAL. In a
+    forked child, the parent's file (inherited) is closed first: a reader
+    must find one file per process, its own."""
+    global _fd
+    if _fd is not None:
+        try:
+            os.close(_fd)
+        except OSError:
+            pass
+        _fd = None
     try:
         fd = os.memfd_create(MEMFD_NAME, os.MFD_CLOEXEC)
     except (AttributeError, OSError):
@@ -46,6 +60,8 @@ def arm_in_child():
         faulthandler.register(SIGNAL, file=fd, all_threads=True, chain=False)
     except (AttributeError, OSError, RuntimeError, ValueError):
         os.close(fd)
+        return
+    _fd = fd
 
 
 def _children(pid):
@@ -92,18 +108,16 @@ def _dump_file(pid):
     return None
 
 
-def _size(path):
+def _size(fd):
     try:
-        return os.stat(path).st_size
+        return os.fstat(fd).st_size
     except OSError:
         return -1
 
 
-def _read_from(path, offset):
+def _read_from(fd, offset):
     try:
-        with open(path, "rb") as f:
-            f.seek(offset)
-            return f.read(MAX_DUMP_BYTES).decode("utf-8", "replace")
+        return os.pread(fd, MAX_DUMP_BYTES, offset).decode("utf-8", "replace")
     except OSError:
         return ""
 
@@ -133,31 +147,45 @@ def parse_dump(text):
 def dump_children(pid):
     """{child pid: its threads (parse_dump)} of the children that answered
     within WAIT_SECONDS."""
-    asked = {}
-    for child in _children(pid)[:MAX_CHILDREN]:
-        path = _dump_file(child)
-        if path is None or not _catches_signal(child):
-            continue
-        before = _size(path)
-        try:
-            os.kill(child, SIGNAL)
-        except OSError:
-            continue
-        asked[child] = (path, before)
+    asked = {}   # child -> (our descriptor of its memory file, its size before)
+    try:
+        for child in _children(pid)[:MAX_CHILDREN]:
+            path = _dump_file(child)
+            if path is None or not _catches_signal(child):
+                continue
+            # Opened before the signal: readable even if the child then ends.
+            try:
+                fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+            except OSError:
+                continue
+            asked[child] = (fd, _size(fd))
+            try:
+                os.kill(child, SIGNAL)
+            except OSError:
+                os.close(asked.pop(child)[0])
+        return _collect_answers(asked)
+    finally:
+        for fd, _ in asked.values():
+            os.close(fd)
+
+
+def _collect_answers(asked):
     got = {}
-    sizes = {}
+    last = {child: before for child, (_, before) in asked.items()}
+    waiting = set(asked)
     deadline = time.monotonic() + WAIT_SECONDS
-    while asked and time.monotonic() < deadline:
+    while waiting and time.monotonic() < deadline:
         time.sleep(POLL_SECONDS)
-        for child, (path, before) in list(asked.items()):
-            size = _size(path)
+        for child in list(waiting):
+            fd, before = asked[child]
+            size = _size(fd)
             # Written: grown, and the same size as at the last look.
-            if size > before and sizes.get(child) == size:
-                threads = parse_dump(_read_from(path, before))
+            if size > before and size == last[child]:
+                threads = parse_dump(_read_from(fd, before))
                 if threads:
                     got[child] = threads
-                del asked[child]
-            sizes[child] = size
+                waiting.discard(child)
+            last[child] = size
     return got
 
 
