@@ -170,10 +170,12 @@ class Harness {
     for (int a = 0; a < kAgents; ++a) {
       agents_[a].host = "node" + std::to_string(a);
       agents_[a].agent_id = in_.ConsumeBool() ? "agent-" + std::to_string(a) : "";
-      // The board answers for an unanswering worker by pid: not from /proc here.
+      // The board answers for an unanswering worker by pid: not from /proc
+      // here, and no process is signalled for its stacks.
       agents_[a].board = std::make_unique<ddp::WorkerHealthBoard>(
           clock_, ddp::stack_answer_timeout(config_.heartbeat_interval),
-          [](int pid) { return "process " + std::to_string(pid) + " did not answer"; });
+          [](int pid) { return "process " + std::to_string(pid) + " did not answer"; },
+          [](int) -> std::optional<std::vector<ddp::ThreadStack>> { return std::nullopt; });
     }
   }
 
