@@ -10,8 +10,9 @@ faulthandler is told to write every thread's Python stack into an anonymous
 memory file (memfd "ddplaunch-stacks") on a signal (SIGRTMIN+6; the
 runtime's C++ stack dumps use SIGRTMIN+5). It writes from the signal
 handler, without the GIL, so a process blocked in C (a read, a sleep, a
-lock) still answers; with SA_RESTART, its own system calls go on
-undisturbed. A reader signals only a process that still has that memory
+lock) still answers. System calls the kernel restarts (SA_RESTART) go on; one
+it does not (a C-level sleep or poll) returns early with EINTR, which
+Python's own calls retry. A reader signals only a process that still has that memory
 file and catches the signal (an exec() drops both, and the signal's default
 action would end the process), then reads what it wrote through
 /proc/<pid>/fd. Children started with spawn or forkserver, and subprocesses,

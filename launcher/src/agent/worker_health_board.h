@@ -82,7 +82,8 @@ class WorkerHealthBoard {
   void record_stacks(RankStacks stacks);
   /// The answers since the last call, and for each worker asked more than
   /// answer_timeout ago that has not answered, the stacks its faulthandler
-  /// gave on a signal, else a description of its process.
+  /// gave on a signal, else a description of its process. Blocks up to the
+  /// signal reader's wait (0.3 s) for each Python worker overdue.
   std::vector<RankStacks> take_stacks();
   /// Called after each answer (e.g. to forward it without waiting for the
   /// next heartbeat). Set once, before workers start.
