@@ -39,10 +39,17 @@ class CheckpointSyncTest : public ::testing::Test {
     s.mirror_deletions = mirror;
     return s;
   }
-  std::unique_ptr<CheckpointSync> make(SyncSettings s, std::string state_file = {}) {
+  // settle 0: a file is sent as soon as it is closed. Tests that count what
+  // was sent or deleted pass kTempFileSettle: write_into_place renames its
+  // temp file a moment after closing it, and with no settle time at all the
+  // uploader may send the temp file in between (and, mirroring deletions,
+  // delete it again after the rename).
+  static constexpr Duration kTempFileSettle = milliseconds(200);
+  std::unique_ptr<CheckpointSync> make(SyncSettings s, std::string state_file = {},
+                                       Duration settle = milliseconds(0)) {
     return std::make_unique<CheckpointSync>(
         std::move(s), [this](const SyncTarget&) { return std::make_unique<StoreRef>(store_); }, std::move(state_file),
-        UploadPolicy{milliseconds(0), milliseconds(20), milliseconds(40)});
+        UploadPolicy{settle, milliseconds(20), milliseconds(40)});
   }
   void write_into_place(const std::string& rel, const std::string& text) {
     const fs::path target = root_ / "ckpt" / rel;
@@ -80,7 +87,7 @@ TEST_F(CheckpointSyncTest, AFolderWithFilesIsLeftAsItIs) {
 
 TEST_F(CheckpointSyncTest, FilesFinishedWhileTheJobRunsAreUploadedBeforeFinishReturns) {
   const std::string state_file = (root_ / "sync.json").string();
-  auto sync = make(settings(), state_file);
+  auto sync = make(settings(), state_file, kTempFileSettle);
   sync->start_uploads();
   write_into_place("step_20/model.pt", "w20");
   write_into_place("latest", "step_20");
@@ -132,13 +139,13 @@ TEST_F(CheckpointSyncTest, DeletionsAreMirroredOnlyWhenAskedAndOnlyForWhatTheBuc
   for (const bool mirror : {false, true}) {
     store_.objects.clear();
     fs::remove_all(root_ / "ckpt");
-    auto sync = make(settings(mirror));
+    auto sync = make(settings(mirror), {}, kTempFileSettle);
     sync->start_uploads();
     write_into_place("old.pt", "w1");
     // Wait for the upload through finish() of a first sync, then delete.
     sync->finish(seconds(30));
     ASSERT_EQ(store_.objects.count("run1/old.pt"), 1u);
-    auto again = make(settings(mirror));
+    auto again = make(settings(mirror), {}, kTempFileSettle);
     again->start_uploads();
     fs::remove(root_ / "ckpt" / "old.pt");
     write_into_place("new.pt", "w2");  // gives finish() something to wait for after the deletion
