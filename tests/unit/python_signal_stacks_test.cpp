@@ -60,6 +60,10 @@ TEST(PythonSignalStacks, WithoutAMainLookingThreadTheSignalledOneIsMain) {
   EXPECT_TRUE(threads[0].frames.empty());
   EXPECT_FALSE(threads[1].main);
   EXPECT_TRUE(parse_faulthandler_dump("garbage\n  File \"x.py\", line 1 in f\n").empty());
+  const auto huge = parse_faulthandler_dump(
+      "Thread 0x3 (most recent call first):\n  File \"x.py\", line 99999999999999999999999 in f\n");
+  ASSERT_EQ(huge.size(), 1u);
+  EXPECT_EQ(huge[0].frames.at(0).line, 0) << "out of range: unknown, not an exception";
 }
 
 /// A python3 process started here, reaped at the end of the test.

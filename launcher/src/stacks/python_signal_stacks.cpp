@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -45,7 +46,7 @@ std::pair<char, bool> state_and_catches(int pid, int signal) {
       const size_t letter = line.find_first_not_of(" \t", 6);
       if (letter != std::string::npos) state = line[letter];
     } else if (line.rfind("SigCgt:", 0) == 0) {
-      const uint64_t mask = std::stoull(line.substr(7), nullptr, 16);
+      const uint64_t mask = std::strtoull(line.c_str() + 7, nullptr, 16);  // 0 where unreadable
       catches = (mask >> (signal - 1)) & 1u;
     }
   }
@@ -125,7 +126,9 @@ std::vector<ThreadStack> parse_faulthandler_dump(const std::string& text) {
     } else if (!threads.empty() && std::regex_match(line, m, frame_re)) {
       StackFrame f;
       f.file = m[1].str();
-      f.line = m[2].str() == "???" ? 0 : std::stoi(m[2].str());
+      // The text is the rank's to write: a number out of range reads as unknown.
+      const long line_number = m[2].str() == "???" ? 0 : std::strtol(m[2].str().c_str(), nullptr, 10);
+      f.line = line_number > 0 && line_number <= INT32_MAX ? static_cast<int>(line_number) : 0;
       f.function = m[3].str();
       threads.back().frames.push_back(std::move(f));
     }
