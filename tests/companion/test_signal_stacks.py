@@ -4,6 +4,7 @@ while a child that exec()ed another program is left alone."""
 
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -29,6 +30,24 @@ def process_state(pid):
         return f.read().rsplit(")", 1)[1].split()[0]
 
 
+def child_threads(msg, pid):
+    return [t for t in msg["threads"] if t["name"].startswith("child pid %d: " % pid)]
+
+
+def stacks_once_children_wait(conn, pids, line, timeout=30):
+    """Asks for stacks until every child in `pids` answers from `line` (they
+    may still be on their way there); returns the last answer."""
+    deadline = time.monotonic() + timeout
+    while True:
+        conn.send({"type": "dump_stacks"})
+        msg = conn.wait_for(lambda m: m["type"] == "stacks", 5, "stacks")
+        innermost = {pid: [t["frames"][-1]["line"] for t in child_threads(msg, pid) if t["frames"]]
+                     for pid in pids}
+        if all(line in lines for lines in innermost.values()) or time.monotonic() > deadline:
+            return msg
+        time.sleep(0.05)
+
+
 class ChildStacksTest(CompanionTestCase):
     interval_ms = 2000
 
@@ -39,17 +58,8 @@ class ChildStacksTest(CompanionTestCase):
         stays, execs = (int(p) for p in line.split()[1:])
         wait_line = marked_line("forked_children.py", "# the forked child waits here")
 
-        def child_threads(msg, pid):
-            return [t for t in msg["threads"] if t["name"].startswith("child pid %d: " % pid)]
-
-        deadline = time.monotonic() + 30
-        while True:   # the child may still be on its way into child_waits()
-            conn.send({"type": "dump_stacks"})
-            msg = conn.wait_for(lambda m: m["type"] == "stacks", 5, "stacks")
-            innermost = [t["frames"][-1] for t in child_threads(msg, stays) if t["frames"]]
-            if any(f["line"] == wait_line for f in innermost) or time.monotonic() > deadline:
-                break
-            time.sleep(0.05)
+        msg = stacks_once_children_wait(conn, [stays], wait_line)
+        innermost = [t["frames"][-1] for t in child_threads(msg, stays) if t["frames"]]
         self.assertIn({"function": "child_waits", "file": script("forked_children.py"), "line": wait_line,
                        "code": "time.sleep(120)  # the forked child waits here"}, innermost, msg)
         self.assertTrue(all(not t["main"] for t in child_threads(msg, stays)))
@@ -61,6 +71,33 @@ class ChildStacksTest(CompanionTestCase):
         log = (self.rank_dir / "stacks.log").read_text()
         self.assertIn("Thread child pid %d: " % stays, log)
         self.assertIn("    time.sleep(120)  # the forked child waits here\n", log)
+
+    def test_spawn_and_forkserver_children_answer(self):
+        rank = self.start("spawned_children.py", "wait")
+        conn, _ = self.accept_rank(rank)
+        line = rank.wait_line(lambda l: l.startswith("ready "), 60, "ready")
+        spawned, forkserved = (int(p) for p in line.split()[1:])
+        wait_line = marked_line("spawned_children.py", "# the spawned child waits here")
+
+        msg = stacks_once_children_wait(conn, [spawned, forkserved], wait_line)
+        for pid in (spawned, forkserved):
+            frames = [t["frames"] for t in child_threads(msg, pid) if t["frames"]]
+            self.assertIn({"function": "child_waits", "file": script("spawned_children.py"), "line": wait_line,
+                           "code": "time.sleep(120)  # the spawned child waits here"},
+                          [f[-1] for f in frames], msg)
+        log = (self.rank_dir / "stacks.log").read_text()
+        self.assertIn("Thread child pid %d: " % forkserved, log)   # the rank's grandchild
+
+    def test_a_spawned_child_that_crashes_leaves_its_stack(self):
+        rank = self.start("spawned_children.py", "crash")
+        self.accept_rank(rank)
+        rank.wait_line(lambda l: l.startswith("child exit "), 60, "the child's exit")
+        self.assertEqual(rank.finish(), 0, rank.stderr_text())
+        self.assertIn("child exit %d" % -signal.SIGSEGV, rank.lines)
+        text = (self.rank_dir / "fatal_stack.log").read_text()
+        self.assertIn("Fatal Python error: Segmentation fault", text)
+        crash_line = marked_line("spawned_children.py", "# the spawned child crashes here")
+        self.assertIn('File "%s", line %d in child_crashes' % (script("spawned_children.py"), crash_line), text)
 
 
 class ParseDumpTest(unittest.TestCase):

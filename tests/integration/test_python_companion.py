@@ -121,7 +121,15 @@ class PythonHangTests(PythonCompanionTestCase):
     def test_rank_blocked_in_a_dataloader_worker(self):
         """With DataLoader workers the line that holds the rank up runs in a worker
         process: the merged stack goes on from the rank's wait into that worker's."""
-        res, culprit_stack = self.assert_rank_2_blocked_in_data_loading("--workers", "2")
+        self.assert_rank_2_blocked_in_a_worker("--workers", "2")
+
+    def test_rank_blocked_in_a_spawned_dataloader_worker(self):
+        """The same with workers started by spawn: fresh interpreters, which inherit
+        no companion from the rank."""
+        self.assert_rank_2_blocked_in_a_worker("--workers", "2", "--worker-start", "spawn")
+
+    def assert_rank_2_blocked_in_a_worker(self, *script_args):
+        res, culprit_stack = self.assert_rank_2_blocked_in_data_loading(*script_args)
         m = re.search(r" -> DataLoader worker \(worker (\d), pid (\d+)\) -> ", culprit_stack)
         self.assertIsNotNone(m, res.describe())
         worker_pid = m.group(2)
@@ -156,7 +164,7 @@ class PythonHangTests(PythonCompanionTestCase):
         self.assertIn("2", groups, res.describe())
         culprit_stack, culprit = groups["2"]
         self.assertTrue(culprit, res.describe())
-        self.assertRegex(culprit_stack, r"torch_ddp_trouble\.py:\d+ main \(for step, \(x, y\) in enumerate\(loader\):\)")
+        self.assertRegex(culprit_stack, r"torch_ddp_trouble\.py:\d+ main \(for step, \(x, y\) in itertools\.chain\(\[first\], batches\):\)")
         self.assertRegex(culprit_stack, r"torch_ddp_trouble\.py:\d+ __getitem__ \(time\.sleep\(3600\)\)$")
         waiting_stack, waiting_culprit = groups["0,1"]
         self.assertFalse(waiting_culprit)
@@ -339,6 +347,24 @@ class PythonCrashTests(PythonCompanionTestCase):
         # The ranks the launcher stopped wrote nothing: their empty files are gone.
         for r in (0, 2):
             self.assertFalse((self.rank_dir(r) / "fatal_stack.log").exists())
+        self.assert_no_leftovers(timeout=2.0)
+
+    def test_segfault_in_a_dataloader_worker_shows_its_python_stack(self):
+        """torch replaces faulthandler's handlers in its workers; the worker's stack
+        at the signal is written all the same, and follows the rank's exception."""
+        res, _ = self.run_trouble("loader-segfault@5:1")
+        self.assertEqual(res.rc, 1, res.describe())
+        root = self.failure_json()["root_cause"]
+        self.assertEqual(root["rank"], 1, res.describe())
+        # torch's SIGCHLD handler or its queue timeout tells the rank, whichever comes first
+        self.assertRegex(root["traceback"], r"RuntimeError: DataLoader worker \(pid(\(s\))? \d+\) "
+                                            r"(is killed by signal: Segmentation fault|exited unexpectedly)")
+        self.assertRegex(root["fatal_stack"], r'File "[^"]*torch_ddp_trouble\.py", line \d+ in decode_natively\n'
+                                              r'  File "[^"]*torch_ddp_trouble\.py", line \d+ in __getitem__\n')
+        self.assertIn("in _worker_loop", root["fatal_stack"])
+        self.assertRegex(res.err, r"  Python stack at a child process's fatal signal \(fatal_stack\.log\):\n"
+                                  r"  Fatal Python error: Segmentation fault\n")
+        self.assertIn("ERROR: Unexpected segmentation fault encountered in worker.", res.err)   # torch's, as before
         self.assert_no_leftovers(timeout=2.0)
 
     def test_crash_in_a_dataloader_worker(self):

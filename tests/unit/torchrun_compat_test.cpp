@@ -163,6 +163,23 @@ TEST(RootCauseSummary, ACrashShowsThePythonStackAtTheSignal) {
                         "    File \"/tmp/train.py\", line 4 in load_batch\n"));
 }
 
+TEST(RootCauseSummary, ARanksExceptionAfterAChildCrashedIsFollowedByTheChildsStack) {
+  RankFailure root;
+  root.rank = 1;
+  root.pid = 20;
+  root.exit_code = 1;
+  root.error_file_contents = nlohmann::json::parse(
+      R"({"message": {"message": "RuntimeError: x", "extraInfo": {"py_callstack": )"
+      R"("Traceback (most recent call last):\nRuntimeError: DataLoader worker (pid(s) 21) exited unexpectedly\n"}}})");
+  root.fatal_stack = "Fatal Python error: Segmentation fault\n\nCurrent thread 0x1 (most recent call first):\n"
+                     "  File \"/tmp/train.py\", line 9 in __getitem__";
+  EXPECT_THAT(format_root_cause_summary("train.py", root, {}),
+              HasSubstr("  RuntimeError: DataLoader worker (pid(s) 21) exited unexpectedly\n"
+                        "  \n"
+                        "  Python stack at a child process's fatal signal (fatal_stack.log):\n"
+                        "  Fatal Python error: Segmentation fault\n"));
+}
+
 TEST(RootCauseSummary, ARootCauseOnAnotherNodeListsThisNodesFailuresAsWhatFollowed) {
   RankFailure local;
   local.rank = 0;

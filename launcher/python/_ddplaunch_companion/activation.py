@@ -7,7 +7,7 @@ import atexit
 import os
 import sys
 
-from . import (announcements, collectives, error_file, fatal_stack, public_api, sigterm_guard,
+from . import (announcements, collectives, descendants, error_file, fatal_stack, public_api, sigterm_guard,
                signal_stacks, torch_hooks)
 from .channel import Channel
 from .heartbeat import Agent
@@ -75,6 +75,8 @@ def activate():
     sys.modules.setdefault("ddplaunch", public_api)
     error_file.install(pid)
     agent.fatal_stack = fatal_stack.install(agent.log_dir)
+    if agent.fatal_stack is not None:   # spawn/forkserver children append to it
+        descendants.set_fatal_path(agent.fatal_stack.path)
     signal_stacks.arm()   # the agent's way to our stacks when we cannot answer
     atexit.register(agent.at_exit)
     agent.start()

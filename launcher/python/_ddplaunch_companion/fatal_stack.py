@@ -3,16 +3,28 @@ SIGILL): the standard library's faulthandler writes the crashing thread's
 stack to rank_<r>/fatal_stack.log, from the signal handler, then the signal
 takes its course (the exit status is unchanged). The launcher puts that text
 in the failure report, where it would otherwise only say "Signal 11
-(SIGSEGV) received". Forked children (DataLoader workers) inherit it and
-write to the same file, so a worker's crash is located too.
+(SIGSEGV) received".
+
+DataLoader workers write to the same file, so a worker's crash is located
+too: forked ones inherit the handler, spawn/forkserver ones enable it
+(descendants.py). A worker installs torch's own handlers for SIGSEGV, SIGBUS
+and SIGFPE, which would replace faulthandler's: chain_after_worker_handlers
+enables faulthandler again after them, on top, so it writes first and then
+calls torch's (which prints its message and ends the worker as before).
 
 Left alone where the program or its environment already enabled faulthandler
 (PYTHONFAULTHANDLER, -X faulthandler): its output then goes where asked."""
 
 import faulthandler
+import functools
 import os
 
+from . import wrapping
+
 FILE_NAME = "fatal_stack.log"
+WORKER_SIGNAL_HANDLERS = "torch.utils.data._utils.signal_handling"
+
+_file = None   # the open file faulthandler writes to, where it is ours
 
 
 class FatalStack(object):
@@ -39,7 +51,18 @@ def install(log_dir):
     path = os.path.join(log_dir, FILE_NAME)
     try:
         os.makedirs(log_dir, exist_ok=True)
-        f = open(path, "w")
+    except OSError:
+        return None
+    f = enable_into(path, "w")
+    return None if f is None else FatalStack(path, f)
+
+
+def enable_into(path, mode):
+    """Enables faulthandler into the file at `path` (opened with `mode`: the
+    rank creates it, a descendant appends); the open file, or None."""
+    global _file
+    try:
+        f = open(path, mode)
     except OSError:
         return None
     try:
@@ -47,4 +70,30 @@ def install(log_dir):
     except (OSError, RuntimeError, ValueError):
         f.close()
         return None
-    return FatalStack(path, f)
+    _file = f
+    return f
+
+
+def chain_after_worker_handlers(signal_handling):
+    """Patches torch's DataLoader module so that a worker, once torch set its
+    handlers, has faulthandler's run first again (see the module's text)."""
+    wrapping.replace(signal_handling, "_set_worker_signal_handlers", _chained)
+
+
+def _chained(install_handlers):
+    @functools.wraps(install_handlers)
+    def install_then_chain(*args, **kwargs):
+        f = _file
+        if f is None or not faulthandler.is_enabled():
+            return install_handlers(*args, **kwargs)
+        # disable() puts back what was there before ours, so that torch's
+        # handlers are what the next enable() saves and calls after writing.
+        faulthandler.disable()
+        try:
+            return install_handlers(*args, **kwargs)
+        finally:
+            try:
+                faulthandler.enable(file=f, all_threads=False)
+            except (OSError, RuntimeError, ValueError):
+                pass
+    return install_then_chain

@@ -1,11 +1,12 @@
-"""Python stacks taken by a signal, without the GIL: the rank's forked
-children's (DataLoader workers with the fork start method, multiprocessing
-helpers), taken with the rank's own when the agent asks, and the rank's own
+"""Python stacks taken by a signal, without the GIL: the rank's Python
+descendants' (DataLoader workers, multiprocessing helpers), taken with the
+rank's own when the agent asks, and the rank's own
 when its companion cannot answer (a thread holds the GIL in C code): the
 agent then signals the rank itself (launcher/src/stacks/python_signal_stacks.h).
 
-At activation in the rank, and again in each forked child right after fork
-(a child keeps no companion: it must stay silent), the standard library's
+At activation in the rank, again in each forked child right after fork
+(a child keeps no companion: it must stay silent), and first thing in a
+spawn or forkserver child (descendants.py), the standard library's
 faulthandler is told to write every thread's Python stack into an anonymous
 memory file (memfd "ddplaunch-stacks") on a signal (SIGRTMIN+6; the
 runtime's C++ stack dumps use SIGRTMIN+5). It writes from the signal
@@ -15,10 +16,9 @@ it does not (a C-level sleep or poll) returns early with EINTR, which
 Python's own calls retry. A reader signals only a process that still has that memory
 file and catches the signal (an exec() drops both, and the signal's default
 action would end the process), then reads what it wrote through
-/proc/<pid>/fd. Children started with spawn or forkserver, and subprocesses,
-are not covered.
+/proc/<pid>/fd. Subprocesses (subprocess, os.system) are not covered.
 
-Threading: arm runs at activation and in the child right after fork; the
+Threading: arm runs at activation and in a child as it starts; the
 rest runs on the companion's thread while it answers a stack request."""
 
 import faulthandler
@@ -30,7 +30,7 @@ import time
 
 SIGNAL = signal.SIGRTMIN + 6
 MEMFD_NAME = "ddplaunch-stacks"
-MAX_CHILDREN = 16          # children signalled per request
+MAX_CHILDREN = 16          # descendants signalled per request
 WAIT_SECONDS = 0.3         # for their dumps, all together
 POLL_SECONDS = 0.005
 MAX_DUMP_BYTES = 1 << 20
@@ -66,8 +66,8 @@ def arm():
 
 
 def _children(pid):
-    """Our children's pids, from the kernel's per-thread lists (the fork
-    was made on one of our threads)."""
+    """A process's children, from the kernel's per-thread lists (a fork is
+    made on one of its threads)."""
     found = []
     try:
         tasks = os.listdir("/proc/%d/task" % pid)
@@ -80,6 +80,17 @@ def _children(pid):
         except (OSError, ValueError):
             continue
     return sorted(set(found))
+
+
+def _descendants(pid, limit):
+    """Up to `limit` descendants, nearest first: a forkserver's workers are
+    the rank's grandchildren."""
+    found = []
+    level = [pid]
+    while level and len(found) < limit:
+        level = [c for p in level for c in _children(p)]
+        found.extend(level)
+    return found[:limit]
 
 
 def _catches_signal(pid):
@@ -150,7 +161,7 @@ def dump_children(pid):
     within WAIT_SECONDS."""
     asked = {}   # child -> (our descriptor of its memory file, its size before)
     try:
-        for child in _children(pid)[:MAX_CHILDREN]:
+        for child in _descendants(pid, MAX_CHILDREN):
             path = _dump_file(child)
             if path is None or not _catches_signal(child):
                 continue

@@ -10,20 +10,24 @@ import sys
 import types
 import weakref
 
-from . import collectives, progress, subgroups, wrapping
+from . import collectives, descendants, fatal_stack, progress, subgroups, wrapping
 from .progress import BACKWARD, CHECKPOINT, DATA, FORWARD, OPTIMIZER, STATE, leave
 
 
 class TorchImportWatcher(object):
     """A sys.meta_path finder that only watches: it lets the other finders find
-    torch (and a few of its submodules) and runs the patches once they loaded."""
+    torch (and a few of its submodules) and runs the patches once they loaded.
+    patches: module name -> its patch; patch_torch: whether torch itself is
+    patched too (the rank), or only the named modules (a descendant)."""
 
-    def __init__(self):
+    def __init__(self, patches, patch_torch):
+        self.patches = patches
+        self.patch_torch = patch_torch
         self.torch_done = False
         self.patched = set()
 
     def find_spec(self, name, path=None, target=None):
-        if name != "torch" and name not in PATCHES:
+        if name != "torch" and name not in self.patches:
             return None
         spec = None
         for finder in list(sys.meta_path):
@@ -60,9 +64,9 @@ class TorchImportWatcher(object):
                 torch = sys.modules.get("torch")
                 STATE.torch = str(getattr(torch, "__version__", "")) or None
                 wrapping.setup_compiling(sys.modules)
-                for target in ["torch"] + sorted(PATCHES):
+                for target in (["torch"] if self.patch_torch else []) + sorted(self.patches):
                     self.patch(target)
-            elif self.torch_done:
+            elif self.torch_done or name in WITHOUT_TORCH:
                 self.patch(name)
         except Exception as err:  # never break the user's import of torch
             sys.stderr.write("ddplaunch companion: cannot watch torch (%s: %s)\n"
@@ -73,12 +77,16 @@ class TorchImportWatcher(object):
         if module is None or name in self.patched:
             return
         self.patched.add(name)
-        (_patch_torch if name == "torch" else PATCHES[name])(module)
+        (_patch_torch if name == "torch" else self.patches[name])(module)
 
 
-def install():
-    watcher = TorchImportWatcher()
+def install(patches=None):
+    """Watches for torch; with `patches`, patches only those modules (a
+    descendant of the rank), else everything a heartbeat reports (the rank)."""
+    watcher = TorchImportWatcher(PATCHES if patches is None else patches, patches is None)
     sys.meta_path.insert(0, watcher)
+    for name in WITHOUT_TORCH & set(watcher.patches):
+        watcher.patch(name)   # where imported already
     if "torch" in sys.modules:   # activated late: torch is already there
         watcher.loaded("torch")
     return watcher
@@ -193,11 +201,15 @@ def _patch_dynamo(dynamo):
         wrapping.setup_compiling(sys.modules)
 
 
-# module name -> its patch, run once that module (and torch) finished importing
+# module name -> its patch, run once that module (and torch, unless the
+# module is in WITHOUT_TORCH) finished importing
 PATCHES = {
     "torch._dynamo": _patch_dynamo,
     "torch.distributed": collectives.patch,
     "torch.nn.parallel.distributed": _patch_ddp,
     "torch.optim.optimizer": _patch_optimizer,
     "torch.utils.data.dataloader": _patch_dataloader,
+    fatal_stack.WORKER_SIGNAL_HANDLERS: fatal_stack.chain_after_worker_handlers,
+    "multiprocessing.util": descendants.patch_multiprocessing,
 }
+WITHOUT_TORCH = {"multiprocessing.util"}   # whatever the children run

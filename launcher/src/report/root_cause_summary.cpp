@@ -25,7 +25,13 @@ std::string timestamp(WallTime t) {
 
 std::string traceback(const RankFailure& f) {
   if (f.error_file_contents) {
-    if (auto tb = traceback_of(*f.error_file_contents)) return *tb;
+    if (auto tb = traceback_of(*f.error_file_contents)) {
+      // The rank raised, so the fatal signal ended one of its children (a
+      // DataLoader worker): its stack says where, the exception only that it died.
+      if (f.fatal_stack.empty()) return *tb;
+      return fmt::format("{}\nPython stack at a child process's fatal signal ({}):\n{}", *tb, kFatalStackFileName,
+                         f.fatal_stack);
+    }
   }
   if (f.signal != 0) {
     std::string text = fmt::format("Signal {} ({}) received by PID {}", f.signal, signal_name(f.signal), f.pid);

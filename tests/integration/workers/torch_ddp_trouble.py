@@ -24,12 +24,14 @@ and all-reduces the loss for logging.
                     ctypes.PyDLL), as an extension that forgot to release it would:
                     no Python thread of the rank runs, the companion's neither
       loader-crash  the rank's DataLoader worker raises at STEP
+      loader-segfault  the rank's DataLoader worker dereferences NULL at STEP (SIGSEGV)
   --ddp-groups      DDP runs on data-parallel groups instead of the default one: ranks 0
                     and 1 share one (dist.new_group([0, 1]), passed as process_group=),
                     every other rank has its own; the loss all_reduce stays on all ranks
   --steps N         default 1000000 (the trouble ends the run long before)
   --step-sleep S    pause per step (default 0.02)
-  --workers N       DataLoader workers (default 0; loader-crash uses 1)
+  --workers N       DataLoader workers (default 0; loader-crash and loader-segfault use 1)
+  --worker-start M  how the DataLoader starts its workers: fork (default), spawn, forkserver
 
 Just before the trouble the rank prints to stderr, flushed:
   torch_ddp_trouble: KIND at step N (rank R)
@@ -37,6 +39,8 @@ Just before the trouble the rank prints to stderr, flushed:
 import argparse
 import ctypes
 import datetime
+import itertools
+import os
 import sys
 import time
 
@@ -45,8 +49,8 @@ import torch.distributed as dist
 import torch.nn as nn
 from torch.utils.data import DataLoader, Dataset
 
-TROUBLES = ("data-hang", "skip", "size", "raise", "segfault", "gil-hang", "loader-crash", "subgroup-skip",
-            "subgroup-size")
+TROUBLES = ("data-hang", "skip", "size", "raise", "segfault", "gil-hang", "loader-crash", "loader-segfault",
+            "subgroup-skip", "subgroup-size")
 
 
 def parse_trouble(text):
@@ -71,10 +75,12 @@ def announce(kind, step, rank):
 
 
 class Batches(Dataset):
-    """Random batches; item `stall_at` blocks (data-hang) or raises (loader-crash)."""
+    """Random batches; item `stall_at` blocks (data-hang), `crash_at` raises
+    (loader-crash), `segfault_at` ends the worker by SIGSEGV (loader-segfault)."""
 
-    def __init__(self, rank, steps, stall_at=-1, crash_at=-1):
-        self.rank, self.steps, self.stall_at, self.crash_at = rank, steps, stall_at, crash_at
+    def __init__(self, rank, steps, stall_at=-1, crash_at=-1, segfault_at=-1):
+        self.rank, self.steps = rank, steps
+        self.stall_at, self.crash_at, self.segfault_at = stall_at, crash_at, segfault_at
 
     def __len__(self):
         return self.steps
@@ -86,6 +92,9 @@ class Batches(Dataset):
         if index == self.crash_at:
             announce("loader-crash", index, self.rank)
             raise RuntimeError(f"corrupt sample {index}")
+        if index == self.segfault_at:
+            announce("loader-segfault", index, self.rank)
+            decode_natively()
         g = torch.Generator().manual_seed(index * 97 + self.rank)
         return torch.randn(16, 32, generator=g), torch.randint(0, 10, (16,), generator=g)
 
@@ -96,13 +105,25 @@ def main():
     ap.add_argument("--steps", type=int, default=1000000)
     ap.add_argument("--step-sleep", type=float, default=0.02)
     ap.add_argument("--workers", type=int, default=0)
+    ap.add_argument("--worker-start", choices=("fork", "spawn", "forkserver"), default="fork")
     ap.add_argument("--ddp-groups", action="store_true")
     args = ap.parse_args()
     kind, at, who = parse_trouble(args.trouble) if args.trouble else (None, -1, -1)
 
     torch.set_num_threads(1)
+    rank = int(os.environ["RANK"])
+    data = Batches(rank, args.steps,
+                   stall_at=at if rank == who and kind == "data-hang" else -1,
+                   crash_at=at if rank == who and kind == "loader-crash" else -1,
+                   segfault_at=at if rank == who and kind == "loader-segfault" else -1)
+    workers = max(args.workers, 1) if kind in ("loader-crash", "loader-segfault") else args.workers
+    loader = DataLoader(data, batch_size=None, num_workers=workers,
+                        multiprocessing_context=args.worker_start if workers else None)
+    batches = enumerate(loader)
+    # The workers start before the process group: a spawned one imports torch anew,
+    # which takes seconds, and the tests' hang timeout is 3 s.
+    first = next(batches)
     dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=120))
-    rank = dist.get_rank()
     mine = rank == who
     pair = dist.new_group([0, 1]) if kind in ("subgroup-skip", "subgroup-size") else None
     ddp_group = None
@@ -114,15 +135,10 @@ def main():
         nn.Sequential(nn.Linear(32, 64), nn.ReLU(), nn.Linear(64, 10)), process_group=ddp_group)
     opt = torch.optim.SGD(model.parameters(), lr=0.05)
     loss_fn = nn.CrossEntropyLoss()
-    data = Batches(rank, args.steps,
-                   stall_at=at if mine and kind == "data-hang" else -1,
-                   crash_at=at if mine and kind == "loader-crash" else -1)
-    workers = max(args.workers, 1) if kind == "loader-crash" else args.workers
-    loader = DataLoader(data, batch_size=None, num_workers=workers)
     if rank == 0:
         print(f"torch_ddp_trouble: {dist.get_world_size()} rank(s) started", flush=True)
 
-    for step, (x, y) in enumerate(loader):
+    for step, (x, y) in itertools.chain([first], batches):
         if mine and kind == "raise" and step == at:
             announce(kind, step, rank)
             raise ValueError(f"bad value at step {step}")
