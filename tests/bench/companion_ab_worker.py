@@ -9,9 +9,12 @@ them), so both halves share the same process, machine load and heartbeat thread,
 slow drifts of the machine cancel out. All ranks swap at the same step.
 
 Rank 0 prints, at the end:
-  ab: on_ms=M off_ms=M all_ms=M on_cpu_us=C off_cpu_us=C wrapped=N steps=S companion_cpu_ms=X wall_s=W
+  ab: on_ms=M off_ms=M all_ms=M on_cpu_us=C off_cpu_us=C pair_us=D pairs=P wrapped=N steps=S
+      companion_cpu_ms=X wall_s=W
 (medians of the step's wall time and of the main thread's CPU time, per half and over
-all steps; the CPU time of the companion's own threads). Without the companion
+all steps; the median over the P pairs of adjacent blocks of the wrapped block's median
+step minus the unwrapped one's, which cancels what drifts slower than two blocks; the
+CPU time of the companion's own threads). Without the companion
 (--no-python-companion) nothing is wrapped and both halves are the same script.
 """
 import argparse
@@ -81,6 +84,7 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--steps", type=int, default=2000)
     ap.add_argument("--block", type=int, default=50)
+    ap.add_argument("--warm", type=int, default=5, help="steps of each block left out: they warm up again")
     ap.add_argument("--width", type=int, default=32, help="input and hidden width of the MLP (x2 hidden)")
     args = ap.parse_args()
 
@@ -99,11 +103,16 @@ def main():
 
     times = {True: [], False: []}
     cpu = {True: [], False: []}
+    block_means = []   # (wrapped, median step of the block's measured steps)
+    block = []
     started = time.monotonic()
     tt, pc = time.thread_time, time.perf_counter
     wrapped = True
     for step, (x, y) in enumerate(loader):
         if step % args.block == 0:
+            if block:
+                block_means.append((wrapped, statistics.median(block)))
+                block = []
             wrapped = (step // args.block) % 2 == 0
             use(found, wrapped)
         t0, c0 = pc(), tt()
@@ -113,16 +122,22 @@ def main():
         opt.step()
         metric = loss.detach().reshape(1)
         dist.all_reduce(metric)
-        if step % args.block >= 5:   # the first steps of a block warm up again
+        if step % args.block >= args.warm:
             times[wrapped].append(pc() - t0)
             cpu[wrapped].append(tt() - c0)
+            block.append(times[wrapped][-1])
+    if block:
+        block_means.append((wrapped, statistics.median(block)))
     use(found, True)
+    # Wrapped blocks are the even ones: pair each with the unwrapped block after it.
+    pairs = [on - off for (w_on, on), (w_off, off) in zip(block_means[0::2], block_means[1::2]) if w_on and not w_off]
     dist.barrier()
     if dist.get_rank() == 0:
         med = statistics.median
         print(f"ab: on_ms={med(times[True]) * 1e3:.4f} off_ms={med(times[False]) * 1e3:.4f} "
               f"all_ms={med(times[True] + times[False]) * 1e3:.4f} "
               f"on_cpu_us={med(cpu[True]) * 1e6:.2f} off_cpu_us={med(cpu[False]) * 1e6:.2f} "
+              f"pair_us={med(pairs) * 1e6 if pairs else 0.0:.2f} pairs={len(pairs)} "
               f"wrapped={len(found)} steps={args.steps} companion_cpu_ms={companion_cpu_ms():.3f} "
               f"wall_s={time.monotonic() - started:.3f}", flush=True)
 

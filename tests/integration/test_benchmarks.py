@@ -167,6 +167,7 @@ class BenchmarkSmokeTest(unittest.TestCase):
         self.assertAlmostEqual(w["ab_ratio"], w["ab_step_ms_wrapped"] / w["ab_step_ms_unwrapped"], places=6)
         # Ten heartbeats a second: the heartbeat thread's CPU time is measured, not zero.
         self.assertGreater(w["companion_cpu_ms_per_s_per_rank"], 0)
+        self.assertGreaterEqual(w["ab_pairs"], 10)   # 200 steps in blocks of 10
         self.assertIn("--no-python-companion", res.stdout)
 
     def test_sync_bench(self):
