@@ -7,8 +7,8 @@ import atexit
 import os
 import sys
 
-from . import (announcements, collectives, descendants, error_file, fatal_stack, public_api, sigterm_guard,
-               signal_stacks, torch_hooks)
+from . import (announcements, collectives, descendants, error_file, fatal_stack, public_api,
+               sigterm_guard, signal_stacks, torch_hooks)
 from .channel import Channel
 from .heartbeat import Agent
 from .progress import STATE

@@ -1,8 +1,11 @@
 """The import hook: once the top-level torch module has finished importing
 (never before, and never importing torch ourselves), wraps what a heartbeat
 reports: the phases (data, forward, backward, optimizer, checkpoint), the
-optimizer's steps, and the collectives (collectives.py). Every wrapper calls
-the original with the same arguments and hands back its result or exception."""
+optimizer's steps, and the collectives (collectives.py); and, for the fatal
+stacks, torch's DataLoader worker signal handlers (fatal_stack.py). Where
+multiprocessing starts spawn/forkserver children is wrapped as soon as it
+is imported, torch or not (descendants.py). Every wrapper calls the original
+with the same arguments and hands back its result or exception."""
 
 import functools
 import inspect
