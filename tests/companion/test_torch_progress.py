@@ -144,6 +144,9 @@ class TorchProgressTest(CompanionTestCase):
         self.assertEqual({k: pair["open"][k] for k in ("sequence", "op", "bytes", "dtype", "state")},
                          {"sequence": 2, "op": "all_reduce", "bytes": 12, "dtype": "float32", "state": "started"})
         self.assertGreaterEqual(pair["open"]["age_ms"], 0)
+        # Its last calls: the first finished, the second open.
+        self.assertEqual([(r["sequence"], r["bytes"], r["dtype"], r["state"]) for r in pair["recent"]],
+                         [(1, 32, "float32", "completed"), (2, 12, "float32", "started")], pair)
         # Announced as it started, with its group: the default group's all_reduce, then
         # the pair's two (the call on a group rank 0 is no member of is not announced).
         announced = self.read_announcements(hello["announcements"])
@@ -162,6 +165,8 @@ class TorchProgressTest(CompanionTestCase):
         pair = hb["groups"][0]
         self.assertEqual(pair["last_completed"], 3, pair)
         self.assertNotIn("open", pair)
+        self.assertEqual([(r["sequence"], r["bytes"], r["state"]) for r in pair["recent"]],
+                         [(1, 32, "completed"), (2, 12, "completed"), (3, 20, "completed")], pair)
         self.assertEqual(rank0.finish(), 0, rank0.stderr_text())
         self.assertEqual(rank1.finish(), 0, rank1.stderr_text())
 

@@ -6,7 +6,7 @@ ddplaunch, on 3 ranks with --heartbeat-interval 0.5 and a short hang timeout, an
 injects one trouble (a rank blocked in data loading, also in a DataLoader worker process,
 also with DDP on a subgroup, a
 skipped all_reduce, one skipped in a subgroup, a different tensor size, also in a
-subgroup, an exception, a crash in a DataLoader worker),
+subgroup, a different dtype in a subgroup that Gloo completes, an exception, a crash in a DataLoader worker),
 or is stopped from outside
 with SIGSTOP. The tests check who is named and how fast (from the trouble line the rank
 prints to the report line, this process's clock), the merged stacks (ranks grouped by
@@ -272,6 +272,23 @@ class PythonHangTests(PythonCompanionTestCase):
         self.assertNotEqual(res.rc, 0, res.describe())
         self.assertRegex(res.err, r"desync at collective #31 of group \S+ \(ranks 0,1\): rank 0 all_reduce 4 B "
                                   r"float32, rank 1 all_reduce 3\.9 KiB \(4000 B\) float32", res.describe())
+        self.assert_no_leftovers(timeout=2.0)
+
+    def test_rank_that_issues_another_dtype_in_a_subgroup(self):
+        # As above, but rank 1 passes an int32 tensor of the same 4 bytes. Gloo
+        # completes that (with a wrong sum) and the run goes on: no rank waits or
+        # fails, and only the members' last calls on the group, which their
+        # heartbeats carry, show the mismatch. 0.1 s steps: a heartbeat interval
+        # (0.5 s) holds fewer calls than a heartbeat carries of a group (16).
+        res, w = self.run_trouble("subgroup-dtype@30:1", "--step-sleep", "0.1")
+        self.assertEqual(res.rc, HANG_EXIT, res.describe())
+        self.assertRegex(res.err, r"error: desync detected: desync at collective #31 of group \S+ \(ranks 0,1\): "
+                                  r"rank 0 all_reduce 4 B float32, rank 1 all_reduce 4 B int32", res.describe())
+        verdict = w.first(re.compile(r"error: desync detected"), "err")
+        self.assert_detected_in_time(w, verdict, res)
+        # Every rank was found in the same place, which names no one.
+        groups = merged_groups(res.err)
+        self.assertEqual([g[1] for g in groups.values()], [False], res.describe())
         self.assert_no_leftovers(timeout=2.0)
 
     def test_rank_that_holds_the_gil_in_c(self):

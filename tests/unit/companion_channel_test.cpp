@@ -88,7 +88,9 @@ TEST(CompanionMessages, HeartbeatCarriesTheSubgroupsCounts) {
       R"j({"type":"heartbeat","step":3,"phase":"collective","last_enqueued":9,"last_completed":9,
           "groups":[{"group":"1","ranks":[2,0],"last_enqueued":4,"last_completed":4},
                     {"group":"2","ranks":[0,1],"last_enqueued":7,"last_completed":6,
-                     "open":{"sequence":7,"op":"all_reduce","bytes":12,"dtype":"float32","state":"started","age_ms":40}},
+                     "open":{"sequence":7,"op":"all_reduce","bytes":12,"dtype":"float32","state":"started","age_ms":40},
+                     "recent":[{"sequence":6,"op":"broadcast","bytes":8,"dtype":"int64","state":"completed","age_ms":90},
+                               {"sequence":7,"op":"all_reduce","bytes":12,"dtype":"float32","state":"started","age_ms":40}]},
                     {"group":"bad","ranks":[-1],"last_enqueued":1},
                     {"group":"none","ranks":[]},
                     {"group":"over","ranks":[1],"last_enqueued":2,"last_completed":5}]})j",
@@ -106,6 +108,13 @@ TEST(CompanionMessages, HeartbeatCarriesTheSubgroupsCounts) {
   EXPECT_EQ(g.open->sequence, 7u);
   EXPECT_EQ(g.open->bytes, 12);
   EXPECT_EQ(g.open->age, 40ms);
+  ASSERT_EQ(g.recent.size(), 2u);
+  EXPECT_EQ(g.recent[0].sequence, 6u);
+  EXPECT_EQ(g.recent[0].op, "broadcast");
+  EXPECT_EQ(g.recent[0].dtype, "int64");
+  EXPECT_EQ(g.recent[0].state, "completed");
+  EXPECT_EQ(g.recent[0].age, 90ms);
+  EXPECT_TRUE(r->subgroups[0].recent.empty());
   EXPECT_EQ(r->subgroups[2].last_completed, 2u) << "never more finished than entered";
   EXPECT_EQ(subgroup_completed(*r), 4u + 6u + 2u);
   EXPECT_EQ(r->last_enqueued, 9u) << "the default group's numbers stay its own";
@@ -121,6 +130,10 @@ TEST(CompanionMessages, HeartbeatCarriesTheSubgroupsCounts) {
   ASSERT_TRUE(back.subgroups[1].open);
   EXPECT_EQ(back.subgroups[1].open->op, "all_reduce");
   EXPECT_EQ(back.subgroups[1].open->age, 40ms);
+  ASSERT_EQ(back.subgroups[1].recent.size(), 2u);
+  EXPECT_EQ(back.subgroups[1].recent[0].dtype, "int64");
+  EXPECT_EQ(back.subgroups[1].recent[0].age, 90ms);
+  EXPECT_EQ(back.subgroups[1].recent[1].sequence, 7u);
   EXPECT_FALSE(back.subgroups[0].open);
 }
 
@@ -344,6 +357,7 @@ TEST_F(BoardWithAnnouncements, AnnouncedCollectivesOfOtherGroupsOpenThere) {
   pair.last_enqueued = 10;
   pair.last_completed = 9;
   pair.open = CollectiveSeen{10, "all_reduce", 4, "float32", "started", 1ms};  // returned since
+  pair.recent = {*pair.open};
   r.subgroups = {pair};
   board.record(r);
   clock.advance(300ms);
@@ -362,6 +376,11 @@ TEST_F(BoardWithAnnouncements, AnnouncedCollectivesOfOtherGroupsOpenThere) {
   EXPECT_EQ(now.subgroups[0].open->sequence, 11u) << "the one it entered last, not the heartbeat's";
   EXPECT_EQ(now.subgroups[0].open->bytes, 4000);
   EXPECT_EQ(now.subgroups[0].open->age, 10ms) << "as of the newest announcement";
+  ASSERT_EQ(now.subgroups[0].recent.size(), 2u) << "and added to the group's last calls";
+  EXPECT_EQ(now.subgroups[0].recent[0].sequence, 10u);
+  EXPECT_EQ(now.subgroups[0].recent[0].age, 1ms + 300ms - 10ms) << "restated as of the report's new date";
+  EXPECT_EQ(now.subgroups[0].recent[1].sequence, 11u);
+  EXPECT_EQ(now.subgroups[0].recent[1].bytes, 4000);
   EXPECT_EQ(now.subgroups[1].group, "7");
   EXPECT_TRUE(now.subgroups[1].ranks.empty()) << "members unknown until a heartbeat names them";
   EXPECT_EQ(now.subgroups[1].last_completed, 0u);

@@ -183,6 +183,12 @@ TEST(StackMerge, IdenticalStacksFormOneGroupWithoutCulprit) {
   EXPECT_EQ(format_merged_stacks(merged, 3),
             "  ranks 0-2 (3 of 3): train.py:7 train_step (dist.all_reduce(t)) -> "
             "distributed_c10d.py:1536 all_reduce\n");
+
+  // Nor with a hint (a desync whose collective completed): the one stack names no one.
+  const MergedStacks hinted =
+      merge_stacks({rank_with(0, in_collective(7)), rank_with(1, in_collective(7)), rank_with(2, in_collective(7))}, 3, {1});
+  ASSERT_EQ(hinted.groups.size(), 1u);
+  EXPECT_FALSE(hinted.groups[0].likely_culprit);
 }
 
 TEST(StackMerge, TwoRanksDifferingNameNoCulprit) {

@@ -1,7 +1,8 @@
 // HangDetector over Python ranks' subgroup collectives (dist.new_group):
 // the blame passes to the member of a group that never entered the
 // collective the others wait in (health/subgroup_waits.h), and members that
-// issued different sizes as one of its collectives are a desync. FakeClock only.
+// issued different signatures as one of its collectives (open, or among their
+// last calls there) are a desync. FakeClock only.
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -187,6 +188,34 @@ TEST(SubgroupHangTest, DifferentSizesInOneSubgroupCollectiveAreADesync) {
   EXPECT_EQ(v->summary, "desync at collective #6 of group 3 (ranks 0-2): ranks 0,1 all_reduce 12 B float32, "
                         "rank 2 all_reduce 3.9 KiB (4000 B) float32");
   EXPECT_EQ(v->details["group_ranks"], nlohmann::json({0, 1, 2}));
+}
+
+TEST(SubgroupHangTest, ACompletedSubgroupCollectiveOfAnotherDtypeIsADesync) {
+  // Group "1" of ranks 0 and 1: its #31 moved 4 B on both, float32 on rank 0
+  // and int32 on rank 1. Gloo completes that (with a wrong sum), so neither
+  // has it open: only their last calls there show it. Both are at #33 now.
+  FakeClock clock;
+  HangDetector d(config(), 2, clock);
+  auto finished = [](int rank, const std::string& dtype_of_31) {
+    RankReport r = rank_report(rank, 90, WorkerPhase::kForward, "1", {0, 1}, 33, false);
+    for (uint64_t k = 30; k <= 33; ++k) {
+      r.subgroups[0].recent.push_back(
+          CollectiveSeen{k, "all_reduce", 4, k == 31 ? dtype_of_31 : "float32", "completed", milliseconds(40)});
+    }
+    return r;
+  };
+  d.on_report(finished(0, "float32"));
+  EXPECT_FALSE(d.check());   // one member's calls alone are no desync
+  d.on_report(finished(1, "int32"));
+  const auto v = d.check();
+  ASSERT_TRUE(v);
+  EXPECT_EQ(v->kind, HangKind::kDesync);
+  EXPECT_EQ(v->sequence, 31u);
+  EXPECT_EQ(v->group, "1");
+  EXPECT_EQ(v->group_ranks, (std::vector<int>{0, 1}));
+  EXPECT_TRUE(v->waiting.empty());   // it completed
+  EXPECT_EQ(v->summary, "desync at collective #31 of group 1 (ranks 0,1): rank 0 all_reduce 4 B float32, "
+                        "rank 1 all_reduce 4 B int32");
 }
 
 TEST(SubgroupHangTest, TheSameNumberInTwoGroupsIsNoDesync) {

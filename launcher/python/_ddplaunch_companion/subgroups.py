@@ -1,6 +1,7 @@
 """The collectives a rank calls on process groups other than the default one
 (dist.new_group, DeviceMesh dimensions): per group, its members, how many of
-its collectives this rank entered and finished, and the one it waits in.
+its collectives this rank entered and finished, the one it waits in, and
+its last few calls there.
 
 Every member calls a group's collectives in the same order (torch requires
 it), so a count of the calls on a group numbers them alike on every member:
@@ -21,12 +22,16 @@ import sys
 from . import announcements, pending_work, progress
 
 MAX_GROUPS = 16    # the most recently used groups a heartbeat carries
+RECENT = 16        # a group's last calls a heartbeat carries: a call whose
+                   # signature differs across members may still complete (Gloo
+                   # all-reduces 4 bytes of int32 against 4 of float32), and the
+                   # agent compares these to name it
 # A record: [sequence in its group, op, bytes, dtype, state, t0]
 SEQ, OP, BYTES, DTYPE, STATUS, T0 = range(6)
 
 
 class Group(object):
-    __slots__ = ("name", "ranks", "last", "open", "pending", "failed", "used", "seq_fn", "base",
+    __slots__ = ("name", "ranks", "last", "open", "recent", "pending", "failed", "used", "seq_fn", "base",
                  "ddp_since", "ddp_seen")
 
     def __init__(self, name, ranks):
@@ -34,6 +39,7 @@ class Group(object):
         self.ranks = ranks        # its members' global ranks, ascending
         self.last = 0             # collectives entered on it
         self.open = []            # records of synchronous calls still inside torch
+        self.recent = collections.deque(maxlen=RECENT)   # records of its last calls, oldest first
         self.pending = []         # (record, weakref to its Work) of async calls
         self.failed = None        # the record of the last call, where it raised
         self.used = 0.0           # when a collective last entered it
@@ -155,6 +161,7 @@ def enter(pg, op, nbytes, dtype, t0):
     g.failed = None
     rec = [g.last, op, nbytes, dtype, "started", t0]
     g.open.append(rec)
+    g.recent.append(rec)
     return g, rec
 
 
@@ -172,6 +179,11 @@ def leave(entered, failed, work):
         pending_work.keep(g.pending, rec, work)
     else:
         rec[STATUS] = "completed"
+
+
+def _entry(rec, now):
+    return {"sequence": rec[SEQ], "op": rec[OP], "bytes": rec[BYTES], "dtype": rec[DTYPE],
+            "state": rec[STATUS], "age_ms": int((now - rec[T0]) * 1000)}
 
 
 def _oldest_unfinished(g):
@@ -196,8 +208,9 @@ def _ddp_open(g, count, now):
 
 def heartbeat_entries(now):
     """The heartbeat's "groups": the most recently used groups, each with its
-    members, what this rank entered and finished, and the collective it has
-    open (the oldest), else the last one where it failed, if any."""
+    members, what this rank entered and finished, the collective it has
+    open (the oldest), else the last one where it failed, if any, and its
+    last calls there (wrapped ones: not DDP's)."""
     used = sorted((entry[0] for entry in list(GROUPS.values()) if entry[0].used), key=lambda g: g.used)
     out = []
     for g in used[-MAX_GROUPS:]:
@@ -213,8 +226,7 @@ def heartbeat_entries(now):
             # collective failed on a mismatch is still compared with the others).
             oldest = g.failed
         if oldest is not None:
-            item["open"] = {"sequence": oldest[SEQ], "op": oldest[OP], "bytes": oldest[BYTES],
-                            "dtype": oldest[DTYPE], "state": oldest[STATUS],
-                            "age_ms": int((now - oldest[T0]) * 1000)}
+            item["open"] = _entry(oldest, now)
+        item["recent"] = [_entry(r, now) for r in list(g.recent)]
         out.append(item)
     return out

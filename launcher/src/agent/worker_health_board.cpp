@@ -43,11 +43,12 @@ SubgroupProgress& subgroup_entry(RankReport& r, const std::string& group, uint64
 
 // Adds to `forwarded` the collectives its rank announced after its report
 // was made (started, and newer than anything the report has): on the
-// default group to its recent record, on another group as that group's
-// open collective. The newest of them
+// default group to its recent record, on another group to that group's
+// recent record and as its open collective. The newest of them
 // then dates the report, so every age is restated as of that moment.
 void add_announced(const CollectiveAnnouncements& announcements, SteadyTime now, ForwardedReport& forwarded) {
-  constexpr size_t kMaxRecent = 64;  // as many as a heartbeat carries at most
+  constexpr size_t kMaxRecent = 64;       // as many as a heartbeat carries at most
+  constexpr size_t kMaxGroupRecent = 16;  // ... of a subgroup
   RankReport& r = forwarded.report;
   std::vector<AnnouncedCollective> added;
   for (AnnouncedCollective& c : announcements.since(r.announced, now)) {
@@ -62,6 +63,7 @@ void add_announced(const CollectiveAnnouncements& announcements, SteadyTime now,
   for (CollectiveSeen& c : r.recent) c.age += older;
   for (SubgroupProgress& g : r.subgroups) {
     if (g.open) g.open->age += older;
+    for (CollectiveSeen& c : g.recent) c.age += older;
   }
   for (AnnouncedCollective& c : added) {
     c.age -= held;
@@ -77,6 +79,8 @@ void add_announced(const CollectiveAnnouncements& announcements, SteadyTime now,
     g.last_enqueued = std::max(g.last_enqueued, c.sequence);
     g.last_completed = std::min(g.last_completed, c.sequence - 1);
     g.open = static_cast<CollectiveSeen>(c);
+    g.recent.push_back(*g.open);
+    if (g.recent.size() > kMaxGroupRecent) g.recent.erase(g.recent.begin());
   }
   forwarded.held = held;
   if (r.recent.size() > kMaxRecent) r.recent.erase(r.recent.begin(), r.recent.end() - kMaxRecent);

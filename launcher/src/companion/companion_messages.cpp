@@ -14,6 +14,7 @@ using json = nlohmann::json;
 
 // Caps on what one message may carry: more is cut, not refused.
 constexpr size_t kMaxRecent = 64;
+constexpr size_t kMaxGroupRecent = 16;
 constexpr size_t kMaxSubgroups = 64;
 constexpr size_t kMaxGroupRanks = 1 << 20;
 constexpr size_t kMaxThreads = 64;
@@ -84,6 +85,20 @@ CollectiveSeen collective_field(const json& c) {
   return seen;
 }
 
+/// The collectives in `j`'s "recent", oldest first. The newest matter: the
+/// tail is kept where there are more than `most`.
+std::vector<CollectiveSeen> recent_field(const json& j, size_t most) {
+  std::vector<CollectiveSeen> out;
+  const auto recent = j.find("recent");
+  if (recent == j.end() || !recent->is_array()) return out;
+  const size_t skip = recent->size() > most ? recent->size() - most : 0;
+  for (size_t i = skip; i < recent->size(); ++i) {
+    const json& c = (*recent)[i];
+    if (c.is_object()) out.push_back(collective_field(c));
+  }
+  return out;
+}
+
 /// The heartbeat's "groups" (the companion's subgroups.py): the newest are
 /// kept where there are too many; a group without members is left out.
 std::vector<SubgroupProgress> subgroups_field(const json& j) {
@@ -111,6 +126,7 @@ std::vector<SubgroupProgress> subgroups_field(const json& j) {
     p.last_completed = std::min(sequence_field(g, "last_completed"), p.last_enqueued);
     const auto open = g.find("open");
     if (open != g.end() && open->is_object()) p.open = collective_field(*open);
+    p.recent = recent_field(g, kMaxGroupRecent);
     out.push_back(std::move(p));
   }
   return out;
@@ -165,15 +181,7 @@ std::optional<RankReport> parse_companion_heartbeat(const std::string& text, con
   r.last_completed = sequence_field(*j, "last_completed");
   r.exiting = bool_field(*j, "exiting");
   r.announced = sequence_field(*j, "announced");
-  const auto recent = j->find("recent");
-  if (recent != j->end() && recent->is_array()) {
-    // The newest entries matter: keep the tail when there are too many.
-    const size_t skip = recent->size() > kMaxRecent ? recent->size() - kMaxRecent : 0;
-    for (size_t i = skip; i < recent->size(); ++i) {
-      const json& c = (*recent)[i];
-      if (c.is_object()) r.recent.push_back(collective_field(c));
-    }
-  }
+  r.recent = recent_field(*j, kMaxRecent);
   r.subgroups = subgroups_field(*j);
   return r;
 }

@@ -133,12 +133,16 @@ void HangDetector::record_collectives(const RankReport& report) {
     if (c.sequence != 0) compare_signature(first_seen_, "", c.sequence, Signature{report.rank, c.op, c.bytes, c.dtype});
   }
   while (first_seen_.size() > kRememberedSequences) first_seen_.erase(first_seen_.begin());
-  // Of another group a report has the open collective only: enough, since
-  // ranks in a mismatched one wait in it (or announced it before aborting).
+  // Of another group, its last calls and the one open: a rank in a
+  // mismatched one may wait in it (or have announced it before aborting),
+  // or the call may have completed all the same.
   for (const SubgroupProgress& g : report.subgroups) {
-    if (!g.open || g.open->sequence == 0) continue;
     FirstSeen& seen = first_seen_in_[g.group];
-    compare_signature(seen, g.group, g.open->sequence, Signature{report.rank, g.open->op, g.open->bytes, g.open->dtype});
+    const auto compare = [&](const CollectiveSeen& c) {
+      if (c.sequence != 0) compare_signature(seen, g.group, c.sequence, Signature{report.rank, c.op, c.bytes, c.dtype});
+    };
+    for (const CollectiveSeen& c : g.recent) compare(c);
+    if (g.open) compare(*g.open);
     while (seen.size() > kRememberedPerGroup) seen.erase(seen.begin());
   }
   while (first_seen_in_.size() > kRememberedGroups) first_seen_in_.erase(first_seen_in_.begin());
@@ -238,13 +242,18 @@ std::optional<HangVerdict> HangDetector::desync_verdict() const {
     groups.push_back(Group{op, bytes, dtype, {rank}});
   };
   const std::string& group = desync_->group;
-  // Of another group, each rank's open collective there, if it is k.
+  // Of another group, each rank's collective k there: the one open, else
+  // among its last calls.
   std::vector<int> group_ranks;
-  auto open_in_group = [&](const RankReport& r) -> const CollectiveSeen* {
+  auto k_in_group = [&](const RankReport& r) -> const CollectiveSeen* {
     for (const SubgroupProgress& g : r.subgroups) {
       if (g.group != group) continue;
       if (group_ranks.empty()) group_ranks = g.ranks;
-      return g.open && g.open->sequence == k ? &*g.open : nullptr;
+      if (g.open && g.open->sequence == k) return &*g.open;
+      for (const CollectiveSeen& c : g.recent) {
+        if (c.sequence == k) return &c;
+      }
+      return nullptr;
     }
     return nullptr;
   };
@@ -252,7 +261,7 @@ std::optional<HangVerdict> HangDetector::desync_verdict() const {
   for (size_t i = 0; i < ranks_.size(); ++i) {
     if (!ranks_[i].monitored) continue;
     if (!group.empty()) {
-      if (const CollectiveSeen* c = open_in_group(*ranks_[i].report)) add(static_cast<int>(i), c->op, c->bytes, c->dtype);
+      if (const CollectiveSeen* c = k_in_group(*ranks_[i].report)) add(static_cast<int>(i), c->op, c->bytes, c->dtype);
       continue;
     }
     for (const CollectiveSeen& c : ranks_[i].report->recent) {
@@ -279,7 +288,7 @@ std::optional<HangVerdict> HangDetector::desync_verdict() const {
   for (size_t i = 0; i < ranks_.size(); ++i) {
     if (!ranks_[i].monitored) continue;
     if (!group.empty()) {
-      const CollectiveSeen* c = open_in_group(*ranks_[i].report);
+      const CollectiveSeen* c = k_in_group(*ranks_[i].report);
       if (c && (c->state == "enqueued" || c->state == "started")) v.waiting.push_back(static_cast<int>(i));
       continue;
     }

@@ -71,6 +71,8 @@ inline RankReport from_proto(const ::ddplaunch::v1::WorkerHeartbeat& hb, int nod
     p.last_enqueued = g.last_enqueued();
     p.last_completed = g.last_completed();
     if (g.has_open()) p.open = from_proto(g.open());
+    p.recent.reserve(static_cast<size_t>(g.recent_size()));
+    for (const auto& c : g.recent()) p.recent.push_back(from_proto(c));
     r.subgroups.push_back(std::move(p));
   }
   return r;
@@ -96,6 +98,7 @@ inline void to_proto(const RankReport& r, Duration held, ::ddplaunch::v1::Worker
     out->set_last_enqueued(g.last_enqueued);
     out->set_last_completed(g.last_completed);
     if (g.open) to_proto(*g.open, *out->mutable_open());
+    for (const CollectiveSeen& c : g.recent) to_proto(c, *out->add_recent());
   }
   hb.set_held_ms(std::chrono::duration_cast<std::chrono::milliseconds>(held).count());
 }

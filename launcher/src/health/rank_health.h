@@ -48,6 +48,10 @@ struct SubgroupProgress {
   /// last one if it failed (state "failed": a rank whose collective raised
   /// on a mismatch is still compared with the others).
   std::optional<CollectiveSeen> open;
+  /// Its last calls on the group, oldest first: a call whose signature
+  /// differs across members may still complete (Gloo reduces 4 bytes of
+  /// int32 against 4 of float32), and only these then show it.
+  std::vector<CollectiveSeen> recent;
 };
 
 struct RankReport {

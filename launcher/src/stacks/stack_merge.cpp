@@ -282,7 +282,10 @@ StackGroup new_group(const KeyView& key) {
 }
 
 /// Marks the groups holding a hinted rank; false when no hinted rank answered.
+/// One group (every rank in the same place, as after a mismatched collective
+/// that completed) names no one: its stack is no clue.
 bool mark_hinted_groups(std::vector<StackGroup>& groups, const std::vector<int>& hint) {
+  if (groups.size() < 2) return true;
   const std::unordered_set<int> hinted(hint.begin(), hint.end());
   bool marked = false;
   for (StackGroup& g : groups) {

@@ -31,7 +31,7 @@
 //    innermost frame, where the rank waits, is always shown. At most the last
 //    kMaxUserFrames user frames; the text says "... " before a cut stack.
 //  - Likely culprit: with a hint (the hang detector's culprits), the groups
-//    holding a hinted rank. Without one, when there are at least 2 groups and
+//    holding a hinted rank, where there are at least 2 groups. Without one, when there are at least 2 groups and
 //    exactly one is strictly smaller than every other, that group. Two ranks
 //    in two groups name none: the text says the groups differ.
 //

@@ -17,6 +17,9 @@ and all-reduces the loss for logging.
                     its partner, waiting in the group's, never arrives
       subgroup-size as subgroup-skip, but at STEP the rank all-reduces a tensor of a
                     different size in that group
+      subgroup-dtype  as subgroup-size, but the tensor has the same size (4 bytes)
+                    and another dtype (int32): Gloo completes that with a wrong sum,
+                    and the run goes on
       raise         the rank raises ValueError at STEP (no @record anywhere)
       segfault      the rank dereferences NULL in native code at STEP (SIGSEGV), as a
                     broken extension would
@@ -50,7 +53,8 @@ import torch.nn as nn
 from torch.utils.data import DataLoader, Dataset
 
 TROUBLES = ("data-hang", "skip", "size", "raise", "segfault", "gil-hang", "loader-crash", "loader-segfault",
-            "subgroup-skip", "subgroup-size")
+            "subgroup-skip", "subgroup-size", "subgroup-dtype")
+SUBGROUP_TROUBLES = ("subgroup-skip", "subgroup-size", "subgroup-dtype")
 
 
 def parse_trouble(text):
@@ -125,7 +129,7 @@ def main():
     first = next(batches)
     dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=120))
     mine = rank == who
-    pair = dist.new_group([0, 1]) if kind in ("subgroup-skip", "subgroup-size") else None
+    pair = dist.new_group([0, 1]) if kind in SUBGROUP_TROUBLES else None
     ddp_group = None
     if args.ddp_groups:   # every rank makes every group, in the same order
         groups = [dist.new_group([0, 1])] + [dist.new_group([r]) for r in range(2, dist.get_world_size())]
@@ -158,6 +162,8 @@ def main():
                 announce(kind, step, rank)
                 if kind == "subgroup-size":
                     dist.all_reduce(torch.zeros(1000), group=pair)
+                elif kind == "subgroup-dtype":
+                    dist.all_reduce(torch.zeros(1, dtype=torch.int32), group=pair)
             else:
                 dist.all_reduce(metric.clone(), group=pair)
         if mine and kind == "size" and step == at:
