@@ -20,10 +20,13 @@ start() in the child, silent: the child never connects to the agent.
 Threading: the wrapper runs on the thread that starts a child; start() runs
 once, in the child, before its own program."""
 
+import faulthandler
 import functools
 import os
 
 from . import wrapping
+
+MULTIPROCESSING_UTIL = "multiprocessing.util"   # where its children start, torch or not
 
 # The -c programs of multiprocessing's spawn and forkserver children.
 _STARTS = ("from multiprocessing.spawn import spawn_main", "from multiprocessing.forkserver import main")
@@ -73,12 +76,12 @@ def with_start(args):
 
 def start(fatal_path):
     """In a spawn/forkserver child, before its program (see the module's text)."""
-    from . import fatal_stack, signal_stacks, torch_hooks
+    # Not the rank's torch hooks: a child needs only these few modules.
+    from . import fatal_stack, import_watcher, signal_stacks
     signal_stacks.arm()
     os.register_at_fork(after_in_child=signal_stacks.arm)
-    patches = {"multiprocessing.util": patch_multiprocessing}   # its own children
-    if fatal_path and not fatal_stack.faulthandler.is_enabled() and \
-            fatal_stack.enable_into(fatal_path, "a") is not None:
+    patches = {MULTIPROCESSING_UTIL: patch_multiprocessing}   # its own children
+    if fatal_path and not faulthandler.is_enabled() and fatal_stack.enable_into(fatal_path, "a"):
         set_fatal_path(fatal_path)
         patches[fatal_stack.WORKER_SIGNAL_HANDLERS] = fatal_stack.chain_after_worker_handlers
-    torch_hooks.install(patches)
+    import_watcher.install(patches, without_torch={MULTIPROCESSING_UTIL})

@@ -24,20 +24,21 @@ from . import wrapping
 FILE_NAME = "fatal_stack.log"
 WORKER_SIGNAL_HANDLERS = "torch.utils.data._utils.signal_handling"
 
-_file = None   # the open file faulthandler writes to, where it is ours
+# The open file faulthandler writes to, where it is ours: it must stay open
+# for as long as the process lives, so the module owns it.
+_file = None
 
 
 class FatalStack(object):
-    """Owns the open file faulthandler writes to (it must stay open)."""
+    """The rank's fatal stack file (the module's _file) by its path."""
 
-    def __init__(self, path, f):
+    def __init__(self, path):
         self.path = path
-        self.file = f
 
     def remove_if_empty(self):
         """At the rank's normal exit: an empty file says nothing."""
         try:
-            if os.fstat(self.file.fileno()).st_size == 0:
+            if _file is not None and os.fstat(_file.fileno()).st_size == 0:
                 os.unlink(self.path)
         except OSError:
             pass
@@ -53,25 +54,25 @@ def install(log_dir):
         os.makedirs(log_dir, exist_ok=True)
     except OSError:
         return None
-    f = enable_into(path, "w")
-    return None if f is None else FatalStack(path, f)
+    return FatalStack(path) if enable_into(path, "w") else None
 
 
 def enable_into(path, mode):
     """Enables faulthandler into the file at `path` (opened with `mode`: the
-    rank creates it, a descendant appends); the open file, or None."""
+    rank creates it, a descendant appends), which becomes the module's _file;
+    whether it did."""
     global _file
     try:
         f = open(path, mode)
     except OSError:
-        return None
+        return False
     try:
         faulthandler.enable(file=f, all_threads=False)
     except (OSError, RuntimeError, ValueError):
         f.close()
-        return None
+        return False
     _file = f
-    return f
+    return True
 
 
 def chain_after_worker_handlers(signal_handling):

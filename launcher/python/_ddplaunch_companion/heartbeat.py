@@ -83,7 +83,7 @@ class Agent(object):
         threads = stacks.collect(self.own_threads)
         try:   # the forked children's too, and the worker the main thread waits for
             main = sys._current_frames().get(threading.main_thread().ident)
-            signal_stacks.attach(threads, signal_stacks.dump_children(os.getpid()),
+            signal_stacks.attach(threads, signal_stacks.dump_descendants(os.getpid()),
                                 signal_stacks.awaited_worker(main))
             main = None
         except Exception:

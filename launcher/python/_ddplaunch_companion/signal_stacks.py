@@ -30,7 +30,7 @@ import time
 
 SIGNAL = signal.SIGRTMIN + 6
 MEMFD_NAME = "ddplaunch-stacks"
-MAX_CHILDREN = 16          # descendants signalled per request
+MAX_DESCENDANTS = 16       # signalled per request
 WAIT_SECONDS = 0.3         # for their dumps, all together
 POLL_SECONDS = 0.005
 MAX_DUMP_BYTES = 1 << 20
@@ -156,12 +156,12 @@ def parse_dump(text):
     return threads
 
 
-def dump_children(pid):
-    """{child pid: its threads (parse_dump)} of the children that answered
-    within WAIT_SECONDS."""
+def dump_descendants(pid):
+    """{descendant pid: its threads (parse_dump)} of the descendants that
+    answered within WAIT_SECONDS."""
     asked = {}   # child -> (our descriptor of its memory file, its size before)
     try:
-        for child in _descendants(pid, MAX_CHILDREN):
+        for child in _descendants(pid, MAX_DESCENDANTS):
             path = _dump_file(child)
             if path is None or not _catches_signal(child):
                 continue

@@ -1,5 +1,6 @@
-"""The import hook: once the top-level torch module has finished importing
-(never before, and never importing torch ourselves), wraps what a heartbeat
+"""The rank's patches, run by an import watcher (import_watcher.py) once the
+top-level torch module has finished importing (never before, and never
+importing torch ourselves): wraps what a heartbeat
 reports: the phases (data, forward, backward, optimizer, checkpoint), the
 optimizer's steps, and the collectives (collectives.py); and, for the fatal
 stacks, torch's DataLoader worker signal handlers (fatal_stack.py). Where
@@ -13,86 +14,20 @@ import sys
 import types
 import weakref
 
-from . import collectives, descendants, fatal_stack, progress, subgroups, wrapping
+from . import collectives, descendants, fatal_stack, import_watcher, progress, subgroups, wrapping
 from .progress import BACKWARD, CHECKPOINT, DATA, FORWARD, OPTIMIZER, STATE, leave
 
 
-class TorchImportWatcher(object):
-    """A sys.meta_path finder that only watches: it lets the other finders find
-    torch (and a few of its submodules) and runs the patches once they loaded.
-    patches: module name -> its patch; patch_torch: whether torch itself is
-    patched too (the rank), or only the named modules (a descendant)."""
-
-    def __init__(self, patches, patch_torch):
-        self.patches = patches
-        self.patch_torch = patch_torch
-        self.torch_done = False
-        self.patched = set()
-
-    def find_spec(self, name, path=None, target=None):
-        if name != "torch" and name not in self.patches:
-            return None
-        spec = None
-        for finder in list(sys.meta_path):
-            if finder is self or not hasattr(finder, "find_spec"):
-                continue
-            spec = finder.find_spec(name, path, target)
-            if spec is not None:
-                break
-        loader = spec.loader if spec is not None else None
-        exec_module = getattr(loader, "exec_module", None)
-        if exec_module is None:
-            return spec
-        watcher = self
-
-        def exec_then_patch(module):
-            try:
-                exec_module(module)
-            finally:
-                try:  # back to the loader's own method
-                    del loader.exec_module
-                except AttributeError:
-                    pass
-            watcher.loaded(name)
-        try:
-            loader.exec_module = exec_then_patch   # this loader instance only
-        except (AttributeError, TypeError):
-            pass
-        return spec
-
-    def loaded(self, name):
-        try:
-            if name == "torch":
-                self.torch_done = True
-                torch = sys.modules.get("torch")
-                STATE.torch = str(getattr(torch, "__version__", "")) or None
-                wrapping.setup_compiling(sys.modules)
-                for target in (["torch"] if self.patch_torch else []) + sorted(self.patches):
-                    self.patch(target)
-            elif self.torch_done or name in WITHOUT_TORCH:
-                self.patch(name)
-        except Exception as err:  # never break the user's import of torch
-            sys.stderr.write("ddplaunch companion: cannot watch torch (%s: %s)\n"
-                             % (type(err).__name__, " ".join(str(err).split())))
-
-    def patch(self, name):
-        module = sys.modules.get(name)
-        if module is None or name in self.patched:
-            return
-        self.patched.add(name)
-        (_patch_torch if name == "torch" else self.patches[name])(module)
+def install():
+    """Watches for torch (import_watcher.py) and wraps, once it is there,
+    everything a heartbeat reports."""
+    return import_watcher.install(PATCHES, WITHOUT_TORCH, _torch_imported)
 
 
-def install(patches=None):
-    """Watches for torch; with `patches`, patches only those modules (a
-    descendant of the rank), else everything a heartbeat reports (the rank)."""
-    watcher = TorchImportWatcher(PATCHES if patches is None else patches, patches is None)
-    sys.meta_path.insert(0, watcher)
-    for name in WITHOUT_TORCH & set(watcher.patches):
-        watcher.patch(name)   # where imported already
-    if "torch" in sys.modules:   # activated late: torch is already there
-        watcher.loaded("torch")
-    return watcher
+def _torch_imported(torch):
+    STATE.torch = str(getattr(torch, "__version__", "")) or None
+    wrapping.setup_compiling(sys.modules)
+    _patch_torch(torch)
 
 
 # ------------------------------------------------------------------ phases
@@ -205,7 +140,7 @@ def _patch_dynamo(dynamo):
 
 
 # module name -> its patch, run once that module (and torch, unless the
-# module is in WITHOUT_TORCH) finished importing
+# module is in WITHOUT_TORCH) finished importing; torch itself: _torch_imported
 PATCHES = {
     "torch._dynamo": _patch_dynamo,
     "torch.distributed": collectives.patch,
@@ -213,6 +148,6 @@ PATCHES = {
     "torch.optim.optimizer": _patch_optimizer,
     "torch.utils.data.dataloader": _patch_dataloader,
     fatal_stack.WORKER_SIGNAL_HANDLERS: fatal_stack.chain_after_worker_handlers,
-    "multiprocessing.util": descendants.patch_multiprocessing,
+    descendants.MULTIPROCESSING_UTIL: descendants.patch_multiprocessing,
 }
-WITHOUT_TORCH = {"multiprocessing.util"}   # whatever the children run
+WITHOUT_TORCH = {descendants.MULTIPROCESSING_UTIL}   # whatever the children run
