@@ -85,17 +85,22 @@ CollectiveSeen collective_field(const json& c) {
   return seen;
 }
 
-/// The collectives in `j`'s "recent", oldest first. The newest matter: the
-/// tail is kept where there are more than `most`.
+/// Calls visit(object) for each object among the last `most` elements of
+/// `j`'s array `key`, oldest first: where a list is too long, its newest
+/// entries matter.
+template <typename Visit>
+void for_newest_objects(const json& j, const char* key, size_t most, Visit visit) {
+  const auto list = j.find(key);
+  if (list == j.end() || !list->is_array()) return;
+  for (size_t i = list->size() > most ? list->size() - most : 0; i < list->size(); ++i) {
+    if ((*list)[i].is_object()) visit((*list)[i]);
+  }
+}
+
+/// The collectives in `j`'s "recent", oldest first.
 std::vector<CollectiveSeen> recent_field(const json& j, size_t most) {
   std::vector<CollectiveSeen> out;
-  const auto recent = j.find("recent");
-  if (recent == j.end() || !recent->is_array()) return out;
-  const size_t skip = recent->size() > most ? recent->size() - most : 0;
-  for (size_t i = skip; i < recent->size(); ++i) {
-    const json& c = (*recent)[i];
-    if (c.is_object()) out.push_back(collective_field(c));
-  }
+  for_newest_objects(j, "recent", most, [&](const json& c) { out.push_back(collective_field(c)); });
   return out;
 }
 
@@ -103,16 +108,11 @@ std::vector<CollectiveSeen> recent_field(const json& j, size_t most) {
 /// kept where there are too many; a group without members is left out.
 std::vector<SubgroupProgress> subgroups_field(const json& j) {
   std::vector<SubgroupProgress> out;
-  const auto groups = j.find("groups");
-  if (groups == j.end() || !groups->is_array()) return out;
-  const size_t skip = groups->size() > kMaxSubgroups ? groups->size() - kMaxSubgroups : 0;
-  for (size_t i = skip; i < groups->size(); ++i) {
-    const json& g = (*groups)[i];
-    if (!g.is_object()) continue;
+  for_newest_objects(j, "groups", kMaxSubgroups, [&](const json& g) {
     SubgroupProgress p;
     p.group = text_field(g, "group");
     const auto ranks = g.find("ranks");
-    if (ranks == g.end() || !ranks->is_array() || ranks->empty() || ranks->size() > kMaxGroupRanks) continue;
+    if (ranks == g.end() || !ranks->is_array() || ranks->empty() || ranks->size() > kMaxGroupRanks) return;
     for (const json& r : *ranks) {
       if (!r.is_number_integer() || r.get<int64_t>() < 0 || r.get<int64_t>() > std::numeric_limits<int>::max()) {
         p.ranks.clear();
@@ -120,7 +120,7 @@ std::vector<SubgroupProgress> subgroups_field(const json& j) {
       }
       p.ranks.push_back(r.get<int>());
     }
-    if (p.ranks.empty()) continue;
+    if (p.ranks.empty()) return;
     std::sort(p.ranks.begin(), p.ranks.end());
     p.last_enqueued = sequence_field(g, "last_enqueued");
     p.last_completed = std::min(sequence_field(g, "last_completed"), p.last_enqueued);
@@ -128,7 +128,7 @@ std::vector<SubgroupProgress> subgroups_field(const json& j) {
     if (open != g.end() && open->is_object()) p.open = collective_field(*open);
     p.recent = recent_field(g, kMaxGroupRecent);
     out.push_back(std::move(p));
-  }
+  });
   return out;
 }
 
@@ -200,17 +200,11 @@ std::optional<RankStacks> parse_companion_stacks(const std::string& text, int ra
     ThreadStack thread;
     thread.name = text_field(t, "name");
     thread.main = bool_field(t, "main");
-    const auto frames = t.find("frames");
-    if (frames != t.end() && frames->is_array()) {
-      // Outermost first: keep the innermost frames when there are too many.
-      const size_t skip = frames->size() > kMaxFrames ? frames->size() - kMaxFrames : 0;
-      for (size_t i = skip; i < frames->size(); ++i) {
-        const json& f = (*frames)[i];
-        if (!f.is_object()) continue;
-        thread.frames.push_back(
-            {text_field(f, "function"), text_field(f, "file"), std::max(int32_field(f, "line", 0), 0), text_field(f, "code")});
-      }
-    }
+    // Outermost first: the innermost frames are kept when there are too many.
+    for_newest_objects(t, "frames", kMaxFrames, [&](const json& f) {
+      thread.frames.push_back(
+          {text_field(f, "function"), text_field(f, "file"), std::max(int32_field(f, "line", 0), 0), text_field(f, "code")});
+    });
     out.threads.push_back(std::move(thread));
   }
   return out;
