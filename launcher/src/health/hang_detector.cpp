@@ -137,6 +137,7 @@ void HangDetector::record_collectives(const RankReport& report) {
   // mismatched one may wait in it (or have announced it before aborting),
   // or the call may have completed all the same.
   for (const SubgroupProgress& g : report.subgroups) {
+    if (!g.open && g.recent.empty()) continue;
     FirstSeen& seen = first_seen_in_[g.group];
     const auto compare = [&](const CollectiveSeen& c) {
       if (c.sequence != 0) compare_signature(seen, g.group, c.sequence, Signature{report.rank, c.op, c.bytes, c.dtype});
