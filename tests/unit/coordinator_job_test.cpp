@@ -511,6 +511,51 @@ TEST_F(CoordinatorJobTest, TheFirstFailureRemainsTheRootCause) {
   EXPECT_EQ(job().current_view().failed_node, 1);
 }
 
+TEST_F(CoordinatorJobTest, AFailureSeenEarlierButReportedLaterIsTheRootCause) {
+  // Rank 2 (node 1) exits with code 7; rank 1 (node 0), in a collective with
+  // it, fails 243 ms later of the reset connection. Node 0 finishes stopping
+  // its other rank first and reports first: the earlier failure is still the
+  // cause, and the job ends with its exit code.
+  make(3);
+  form_world();
+  NodeOutcome consequence;
+  consequence.node_rank = 0;
+  consequence.exit_code = 1;
+  consequence.failed_rank = 1;
+  consequence.failed_at_unix_ms = 1'796'540'007'163;
+  consequence.description = "rank 1 (node 0, local rank 1, pid 19404) failed: exit code 1";
+  NodeOutcome cause = consequence;
+  cause.node_rank = 1;
+  cause.exit_code = 7;
+  cause.failed_rank = 2;
+  cause.failed_at_unix_ms = 1'796'540'006'920;
+  cause.description = "rank 2 (node 1, local rank 0, pid 19402) failed: exit code 7";
+  ASSERT_TRUE(job().report_outcome(0, consequence).ok());
+  EXPECT_EQ(job().current_view().failed_rank, 1);
+  ASSERT_TRUE(job().report_outcome(0, cause).ok());
+  EXPECT_EQ(job().current_view().failed_rank, 2) << "named before the last node reports";
+  ASSERT_TRUE(report(0, 2, 0, /*stopped=*/true).ok());
+  ASSERT_TRUE(job().finished());
+  const GenerationView v = job().current_view();
+  EXPECT_EQ(v.exit_code, 7);
+  EXPECT_EQ(v.failed_node, 1);
+  EXPECT_EQ(v.failed_rank, 2);
+  EXPECT_EQ(v.reason, "rank 2 (node 1, local rank 0, pid 19402) failed: exit code 7; reported after rank 1 "
+                      "(node 0, local rank 1, pid 19404) failed: exit code 1, seen 0.24 s later and taken as its "
+                      "consequence");
+
+  // One whose time is unknown (an older agent) changes nothing: the first reported stays.
+  make(2);
+  form_world();
+  ASSERT_TRUE(job().report_outcome(0, cause).ok());
+  NodeOutcome unknown = consequence;
+  unknown.failed_at_unix_ms = 0;
+  ASSERT_TRUE(job().report_outcome(0, unknown).ok());
+  ASSERT_TRUE(job().finished());
+  EXPECT_EQ(job().current_view().failed_rank, 2);
+  EXPECT_EQ(job().current_view().reason, cause.description);
+}
+
 TEST_F(CoordinatorJobTest, ANodeSilentSinceBeforeTheFirstFailureIsItsRootCause) {
   // Node 1's agent is killed: its rank vanishes, node 0's rank fails in a
   // collective at once, and node 0 reports that before node 1's silence is

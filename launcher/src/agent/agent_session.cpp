@@ -246,6 +246,8 @@ NodeOutcome AgentSession::outcome_of(const AttemptSummary& summary) const {
     const WorkerRecord& w = *summary.root_cause;
     o.exit_code = w.exit->shell_code();
     o.failed_rank = w.rank;
+    o.failed_at_unix_ms =
+        std::chrono::duration_cast<std::chrono::milliseconds>(w.exit_time.time_since_epoch()).count();
     o.description = fmt::format("rank {} (node {}, local rank {}, pid {}) failed: {}", w.rank, assignment_.node_rank,
                                 w.local_rank, w.pid, w.exit->describe());
   } else if (summary.drained) {

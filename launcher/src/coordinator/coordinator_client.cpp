@@ -286,6 +286,7 @@ Status CoordinatorClient::report_outcome(int64_t generation, const NodeOutcome& 
   req.set_stopped(o.stopped);
   req.set_exit_code(o.exit_code);
   req.set_failed_rank(o.failed_rank);
+  req.set_failed_at_unix_ms(o.failed_at_unix_ms);
   req.set_description(o.description);
   req.set_leaving(o.leaving);
   pb::OutcomeReply reply;

@@ -214,6 +214,7 @@ void CoordinatorJob::on_world_formed() {
   heartbeat_gap_.assign(static_cast<size_t>(world_nnodes_), Duration::zero());
   told_finished_.assign(static_cast<size_t>(world_nnodes_), false);
   root_cause_.reset();
+  desync_before_.clear();
   membership_stop_.clear();
   job_stop_.reset();
   pending_stop_.reset();
@@ -454,11 +455,25 @@ void CoordinatorJob::record_outcome(const NodeOutcome& outcome, Fired& fired) {
     // failure is likely its consequence (Gloo aborts on mismatched sizes).
     if (!pending_hang_ && state_ == GenerationState::kRunning) {
       if (std::optional<HangVerdict> v = health_.check(); v && v->kind == HangKind::kDesync) {
-        root_cause_->description += "; before that, " + v->summary;
+        desync_before_ = "; before that, " + v->summary;
+        root_cause_->description += desync_before_;
         hang_report_ = v->details.dump(2, ' ', false, nlohmann::json::error_handler_t::replace);
       }
     }
     if (state_ == GenerationState::kRunning) set_state(GenerationState::kStopping, fired);
+  } else if (failed && failed_earlier(outcome, *root_cause_)) {
+    // A rank whose peer died fails in its collective within milliseconds,
+    // and its node may finish stopping, and report, before the peer's node
+    // does. The failure seen first is the cause (failure.json and every
+    // console name it); root_cause_at_ stays when a failure was first known.
+    const std::string& later = root_cause_->description;
+    NodeOutcome cause = outcome;
+    cause.description += fmt::format(
+        "; reported after {}, seen {:.2f} s later and taken as its consequence",
+        later.substr(0, later.size() - desync_before_.size()),
+        static_cast<double>(root_cause_->failed_at_unix_ms - outcome.failed_at_unix_ms) / 1000.0);
+    cause.description += desync_before_;
+    root_cause_ = std::move(cause);
   }
   conclude_if_all_reported(fired);
 }
@@ -540,6 +555,7 @@ void CoordinatorJob::end_generation(Fired& fired) {
   ++generation_;
   rendezvous_opened_at_ = clock_.now();
   root_cause_.reset();
+  desync_before_.clear();
   membership_stop_.clear();
   state_ = GenerationState::kRunning;
   world_formed_ = false;

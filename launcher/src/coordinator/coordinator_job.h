@@ -240,6 +240,7 @@ class CoordinatorJob {
   std::vector<Duration> heartbeat_gap_;               // by node rank: the longest gap between its heartbeats
   std::optional<NodeOutcome> root_cause_;
   SteadyTime root_cause_at_{};  // when root_cause_ was recorded
+  std::string desync_before_;   // "; before that, <desync>" ending root_cause_'s description, or empty
   std::string membership_stop_;  // why a healthy generation stops (a newcomer), else empty
   std::optional<JobStop> job_stop_;  // preemption: where every rank stops (this generation)
   std::optional<PendingJobStop> pending_stop_;

@@ -156,6 +156,7 @@ CoordinatorService::Reactor* CoordinatorService::ReportOutcome(Ctx* ctx, const p
     o.stopped = req->stopped();
     o.exit_code = req->exit_code();
     o.failed_rank = req->failed_rank();
+    o.failed_at_unix_ms = std::max<int64_t>(req->failed_at_unix_ms(), 0);
     o.description = req->description().substr(0, Limits::kMaxKeyBytes);
     o.leaving = req->leaving();
     finish(ctx, reactor, job->report_outcome(req->generation(), o), "ReportOutcome");
