@@ -1,5 +1,7 @@
 #include "blas/blas_probe_memo.h"
 
+#include "ddp/common/replace_file.h"
+
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -66,20 +68,8 @@ std::optional<BlasInfo> recall(const fs::path& memo_file, const json& key) {
 
 // Best effort: a memo that cannot be written only means probing next time.
 void remember(const fs::path& memo_file, const json& key, const BlasInfo& info) {
-  const fs::path partial = memo_file.string() + ".partial." + std::to_string(::getpid());
-  {
-    std::ofstream out(partial, std::ios::trunc);
-    if (!out) return;
-    out << json{{"key", key}, {"blas", info}}.dump(1) << "\n";
-    if (!out.flush()) {
-      std::error_code ec;
-      fs::remove(partial, ec);
-      return;
-    }
-  }
   std::error_code ec;
-  fs::rename(partial, memo_file, ec);
-  if (ec) fs::remove(partial, ec);
+  replace_file(memo_file, json{{"key", key}, {"blas", info}}.dump(1) + "\n", ec);
 }
 
 }  // namespace

@@ -18,6 +18,7 @@
 #include <thread>
 
 #include "agent/agent_session.h"
+#include "ddp/common/replace_file.h"
 #include "blas/blas_probe_memo.h"
 #include "blas/openblas_tuning.h"
 #include "agent/local_agent_service.h"
@@ -61,6 +62,16 @@ constexpr const char* kStopRequestFile = "stop_request.json";
 fs::path attempt_dir(const LaunchPlan& plan, int attempt) { return attempt_log_dir(plan.job_log_dir, attempt); }
 
 fs::path rank_dir(const LaunchPlan& plan, int attempt, int rank) { return rank_log_dir(plan.job_log_dir, attempt, rank); }
+
+/// Writes an attempt's failure.json whole: the agents of a job whose nodes
+/// share the log folder write it at the same moment, and readers (people,
+/// scripts) must never find two reports mixed or one half written.
+void write_failure_report(const fs::path& path, const nlohmann::json& report) {
+  std::error_code ec;
+  if (!replace_file(path, report.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n", ec)) {
+    spdlog::warn("cannot write {}: {}", path.string(), ec.message());
+  }
+}
 
 int open_log(const fs::path& path) {
   return open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_APPEND, 0644);
@@ -243,7 +254,7 @@ class JobListener final : public SupervisorListener {
     nlohmann::json report = attempt_report_to_json(plan_.job_id, attempt, *root, failures_, workers);
     add_resources(report, root->rank);
     add_nccl_evidence(attempt, report);
-    std::ofstream(path) << report.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) << '\n';
+    write_failure_report(path, report);
     spdlog::error("job {} attempt {} failed; report: {}", plan_.job_id, attempt, path.string());
   }
 
@@ -434,7 +445,7 @@ class JobListener final : public SupervisorListener {
     }
     std::error_code ec;
     fs::create_directories(path.parent_path(), ec);
-    std::ofstream(path) << report.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) << '\n';
+    write_failure_report(path, report);
   }
 
   bool caused_elsewhere(const Verdict& verdict) const {
@@ -459,7 +470,7 @@ class JobListener final : public SupervisorListener {
     add_nccl_flight_records(attempt, report);
     add_nccl_evidence(attempt, report);
     const fs::path path = attempt_dir(plan_, attempt) / "failure.json";
-    std::ofstream(path) << report.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) << '\n';
+    write_failure_report(path, report);
     spdlog::error("job {} attempt {} stopped by the coordinator; report: {}", plan_.job_id, attempt, path.string());
   }
 

@@ -1,5 +1,7 @@
 #include "job/rank_signal_intent.h"
 
+#include "ddp/common/replace_file.h"
+
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
@@ -21,19 +23,11 @@ void RankSignalIntent::clear() {
 
 void RankSignalIntent::write(const std::string& word) {
   if (path_.empty() || written_ == word) return;
-  const std::filesystem::path temporary = path_.string() + ".tmp";
   std::error_code ec;
-  {
-    std::ofstream out(temporary, std::ios::trunc);
-    out << word << "\n";
-    if (!out.flush()) ec = std::make_error_code(std::errc::io_error);
-  }
-  if (!ec) std::filesystem::rename(temporary, path_, ec);
-  if (ec) {
+  if (!replace_file(path_, word + "\n", ec)) {
     // The ranks then treat an outside SIGTERM as unarranged and die of it
     // after a moment: the stop at a step boundary is lost, nothing hangs.
     spdlog::warn("cannot tell the ranks what a SIGTERM means ({}: {})", path_.string(), ec.message());
-    std::filesystem::remove(temporary, ec);
     return;
   }
   written_ = word;

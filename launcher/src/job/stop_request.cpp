@@ -1,5 +1,7 @@
 #include "job/stop_request.h"
 
+#include "ddp/common/replace_file.h"
+
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 #include <unistd.h>
@@ -19,17 +21,12 @@ std::string stop_request_json(const StopRequest& request) {
 }
 
 void write_stop_request(const std::filesystem::path& path, const StopRequest& request) {
-  // The pid in the temp name: the agents of a job whose nodes share the log
-  // folder (a Slurm job's shared storage) write this file at the same time.
-  const std::filesystem::path temporary = fmt::format("{}.tmp.{}", path.string(), getpid());
-  {
-    std::ofstream out(temporary, std::ios::trunc);
-    out << stop_request_json(request);
-    if (!out.flush()) throw std::runtime_error(fmt::format("cannot write {}", temporary.string()));
-  }
+  // Whole: the agents of a job whose nodes share the log folder (a Slurm
+  // job's shared storage) write this file at the same time.
   std::error_code ec;
-  std::filesystem::rename(temporary, path, ec);
-  if (ec) throw std::runtime_error(fmt::format("cannot rename {} to {}: {}", temporary.string(), path.string(), ec.message()));
+  if (!replace_file(path, stop_request_json(request), ec)) {
+    throw std::runtime_error(fmt::format("cannot write {}: {}", path.string(), ec.message()));
+  }
 }
 
 }  // namespace ddp

@@ -14,6 +14,7 @@
 #include <fstream>
 #include <system_error>
 
+#include "ddp/common/replace_file.h"
 #include "output/byte_size.h"
 
 namespace ddp {
@@ -217,15 +218,9 @@ void CheckpointSync::write_state_file(std::string* last_written) const {
   if (state_file_.empty()) return;
   const std::string text = state_json().dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
   if (text == *last_written) return;
-  const std::string temp = state_file_ + ".tmp";
-  {
-    std::ofstream out(temp, std::ios::trunc);
-    out << text << '\n';
-    if (!out) return;  // the log folder is full or gone: the state is for display only
-  }
+  // Where the log folder is full or gone, nothing: the state is for display only.
   std::error_code ec;
-  fs::rename(temp, state_file_, ec);
-  if (!ec) *last_written = text;
+  if (replace_file(state_file_, text + "\n", ec)) *last_written = text;
 }
 
 }  // namespace ddp
