@@ -392,6 +392,39 @@ class JoinTimeoutTest(MultiNodeTestCase):
         self.assertEqual(list(self.outdir.iterdir()), [], "a worker ran without a world")
         self.assert_no_leftovers()
 
+    def test_status_while_the_world_forms_says_who_joined_then_shows_the_ranks(self):
+        def status(*extra):
+            return subprocess.run([str(BIN), "status", "--job", self.job_id, *extra], stdin=subprocess.DEVNULL,
+                                  capture_output=True, env=self.mn_env(), text=True, timeout=10)
+        first = self.start_agent("2:3", 1, [SLEEPER, str(self.outdir)], node_rank=0,
+                                 conf="join_timeout=60,last_call_timeout=1")
+        forming = wait_until(lambda: "rendezvous: 1 of 2:3 node(s) joined" in status().stdout, 15, 0.2)
+        table = status()
+        self.assertTrue(forming, f"{table.stdout}{table.stderr}{self.current_output(first).describe()}")
+        self.assertRegex(table.stdout, rf"^job {self.job_id}: generation 0 \(rendezvous\), restarts 0/0, "
+                                       r"elapsed [\d.]+ s, 2..3 rank\(s\) on 2..3 node\(s\)\n"
+                                       r"rendezvous: 1 of 2:3 node\(s\) joined generation 0 \(hosts: [^)]+\); "
+                                       r"no rank runs until the world has formed\n$")
+        self.assertEqual(json.loads(status("--json").stdout)["state"], "rendezvous")
+        stacks = subprocess.run([str(BIN), "stacks", "--job", self.job_id], stdin=subprocess.DEVNULL,
+                                capture_output=True, env=self.mn_env(), text=True, timeout=10)
+        self.assertEqual(stacks.returncode, 1, stacks.stdout)
+        self.assertIn("generation 0 is still forming (rendezvous): no rank runs yet", stacks.stderr)
+        second = self.start_agent("2:3", 1, [SLEEPER, str(self.outdir)], node_rank=1,
+                                  conf="join_timeout=60,last_call_timeout=1")
+        launches = [first, second]
+        for r in range(2):
+            if not wait_for_file(self.outdir / f"ready_{r}", 20):
+                self.fail(f"ready_{r} did not appear{self.describe_all([self.current_output(l) for l in launches])}")
+        doc = json.loads(status("--json").stdout)
+        self.assertEqual((doc["state"], doc["world_size"]), ("running", 2), doc)
+        self.assertNotIn("rendezvous", doc)
+        self.assertRegex(status().stdout, r"(?m)^\s+1\s+.*no heartbeats")   # a row per rank again (shell ranks)
+        for launch in launches:
+            self.signal_launch(launch, signal.SIGTERM)
+        self.finish_all(launches, timeout=20)
+        self.assert_no_leftovers()
+
     def test_two_agents_of_three_time_out(self):
         t0 = time.monotonic()
         launches = self.start_agents(3, 1, [PROBE, str(self.outdir)], node_ranks=[0, 2],

@@ -1358,6 +1358,27 @@ class MembershipTest : public CoordinatorJobTest {
   using CoordinatorJobTest::job;
 };
 
+TEST_F(MembershipTest, WhileTheWorldFormsTheStatusSaysWhoJoinedAndTheLastCall) {
+  make_elastic(2, 4);
+  auto status = [&] { return nlohmann::json::parse(job().status_json()); };
+  EXPECT_EQ(status()["state"], "rendezvous");
+  EXPECT_EQ(status()["rendezvous"], "no node joined generation 0 yet");
+  auto a = join(elastic_params(host(0)));
+  EXPECT_EQ(status()["state"], "rendezvous");
+  EXPECT_NE(status()["rendezvous"].get<std::string>().find("1 of 2:4 node(s) joined generation 0"), std::string::npos)
+      << status()["rendezvous"];
+  auto b = join(elastic_params(host(1)));
+  clock().advance(10s);
+  const std::string both = status()["rendezvous"];
+  EXPECT_NE(both.find("2 of 2:4 node(s) joined"), std::string::npos) << both;
+  EXPECT_NE(both.find("forms with the nodes present in 20 s"), std::string::npos) << both;
+  clock().advance(21s);
+  job().tick();
+  ASSERT_EQ(a->calls, 1);
+  EXPECT_EQ(status()["state"], "running");
+  EXPECT_FALSE(status().contains("rendezvous"));
+}
+
 TEST_F(MembershipTest, ALostNodeShrinksTheJobWithoutUsingARestartAndTheSurvivorsFormAtOnce) {
   make_elastic(2, 3, /*max_restarts=*/0);
   auto first = form({host(0), host(1), host(2)}, 0);

@@ -200,6 +200,7 @@ TEST(JobMetrics, JobSeries) {
   EXPECT_EQ(s.at("ddplaunch_job_monitored_ranks{job_id=\"job-1\"}"), "3");
   EXPECT_EQ(s.at("ddplaunch_job_state{job_id=\"job-1\",state=\"running\"}"), "1");
   EXPECT_EQ(s.at("ddplaunch_job_state{job_id=\"job-1\",state=\"finished\"}"), "0");
+  EXPECT_EQ(s.at("ddplaunch_job_state{job_id=\"job-1\",state=\"rendezvous\"}"), "0") << "the world forming";
   EXPECT_EQ(s.at("ddplaunch_job_failed{job_id=\"job-1\"}"), "1");
   EXPECT_EQ(s.at("ddplaunch_job_hang_verdict{job_id=\"job-1\",kind=\"stuck_collective\"}"), "1");
   EXPECT_EQ(s.at("ddplaunch_job_hang_verdict{job_id=\"job-1\",kind=\"silent_rank\"}"), "0");

@@ -43,6 +43,19 @@ TEST(StatusCommand, RendersTheJobAndEveryRank) {
   EXPECT_NE(out[5].find("no heartbeats"), std::string::npos) << out[5];
 }
 
+TEST(StatusCommand, WhileTheWorldFormsItSaysWhoJoinedInsteadOfATableOfRanks) {
+  nlohmann::json s = {{"job_id", "j2"}, {"generation", 0}, {"state", "rendezvous"}, {"restarts_used", 0},
+                      {"max_restarts", 0}, {"elapsed_s", 3.0}, {"world_size", 8}, {"nnodes", 4},
+                      {"nnodes_range", {2, 4}}, {"membership", nlohmann::json::array()},
+                      {"rendezvous", "1 of 2:4 node(s) joined generation 0 (hosts: node-a)"}};
+  s["ranks"] = {{"hang_timeout_s", 10.0}, {"ranks", {rank(0, 0.0), rank(1, 0.0)}}};
+  const auto out = lines(render_status(s));
+  ASSERT_EQ(out.size(), 2u) << render_status(s);
+  EXPECT_EQ(out[0], "job j2: generation 0 (rendezvous), restarts 0/0, elapsed 3.0 s, 4..8 rank(s) on 2..4 node(s)");
+  EXPECT_EQ(out[1], "rendezvous: 1 of 2:4 node(s) joined generation 0 (hosts: node-a); no rank runs until the world "
+                    "has formed");
+}
+
 TEST(StatusCommand, ACollectiveOfAnotherGroupShowsItsGroup) {
   nlohmann::json s = {{"job_id", "j6"}, {"world_size", 1}, {"nnodes", 1}};
   s["ranks"] = {{"hang_timeout_s", 10.0},

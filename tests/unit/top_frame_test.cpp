@@ -71,6 +71,17 @@ TEST(TopFrame, OnAPipeItIsPlainTextWithEveryRank) {
   EXPECT_EQ(frame.find("more rank"), std::string::npos);
 }
 
+TEST(TopFrame, WhileTheWorldFormsItSaysWhoJoinedAndHasNoTable) {
+  nlohmann::json s = job_of(2);
+  s["state"] = "rendezvous";
+  s["rendezvous"] = "1 of 2 node(s) joined generation 1 (hosts: node-a); not joined yet: node rank(s) 1";
+  const auto out = lines(render_top_frame(s, TopScreen{}));
+  ASSERT_EQ(out.size(), 2u) << render_top_frame(s, TopScreen{});
+  EXPECT_EQ(out[0], "job j1: generation 1 (rendezvous), restarts 1/3, elapsed 12.5 s, 2 rank(s) on 1 node(s)");
+  EXPECT_EQ(out[1], "rendezvous: 1 of 2 node(s) joined generation 1 (hosts: node-a); not joined yet: node rank(s) 1; "
+                    "no rank runs until the world has formed");
+}
+
 TEST(TopFrame, OnATerminalEveryRankThatFitsIsRedrawnInPlace) {
   const auto out = screen_lines(render_top_frame(job_of(3), TopScreen{true, 24, 200}));
   ASSERT_EQ(out.size(), 5u);

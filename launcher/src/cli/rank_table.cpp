@@ -62,13 +62,29 @@ std::string gpu_mem_column(const nlohmann::json& r) {
   return total > 0 ? fmt::format("{}/{}", format_bytes(used), format_bytes(total)) : "?";
 }
 
+// The generation's world is still forming: no rank runs yet.
+bool forming(const nlohmann::json& s) { return s.value("state", "") == "rendezvous"; }
+
 }  // namespace
 
 std::string job_line(const nlohmann::json& s) {
-  return fmt::format("job {}: generation {} ({}), restarts {}/{}, elapsed {:.1f} s, {} rank(s) on {} node(s)",
-                     s.value("job_id", "?"), s.value("generation", 0), s.value("state", "?"),
-                     s.value("restarts_used", 0), s.value("max_restarts", 0), s.value("elapsed_s", 0.0),
-                     s.value("world_size", 0), s.value("nnodes", 0));
+  std::string world = fmt::format("{} rank(s) on {} node(s)", s.value("world_size", 0), s.value("nnodes", 0));
+  const nlohmann::json range = s.value("nnodes_range", nlohmann::json());
+  if (forming(s) && range.is_array() && range.size() == 2 && s.value("nnodes", 0) > 0) {
+    // An elastic world still forming has as many nodes as will have joined.
+    const int per_node = s.value("world_size", 0) / s.value("nnodes", 1);
+    const int fewest = range[0].get<int>();
+    const int most = range[1].get<int>();
+    world = fmt::format("{}..{} rank(s) on {}..{} node(s)", fewest * per_node, most * per_node, fewest, most);
+  }
+  return fmt::format("job {}: generation {} ({}), restarts {}/{}, elapsed {:.1f} s, {}", s.value("job_id", "?"),
+                     s.value("generation", 0), s.value("state", "?"), s.value("restarts_used", 0),
+                     s.value("max_restarts", 0), s.value("elapsed_s", 0.0), world);
+}
+
+std::optional<std::string> rendezvous_line(const nlohmann::json& s) {
+  if (!forming(s)) return std::nullopt;
+  return fmt::format("rendezvous: {}; no rank runs until the world has formed", s.value("rendezvous", "waiting"));
 }
 
 RankTable rank_table(const nlohmann::json& s) {
@@ -87,7 +103,7 @@ RankTable rank_table(const nlohmann::json& s) {
   table.header = fmt::format("{:>5}  {:<16} {:>8}  {:<13} {:>8}  {:<10} {:>9}  {:>10}  {:>5}  {:>10}  {}{}", "rank",
                              "host", "pid", "state", "step", "phase", "heartbeat", "step time", "cpu", "rss",
                              gpu_columns("gpu util", "gpu mem"), "open collective");
-  if (!health.contains("ranks")) return table;
+  if (!health.contains("ranks") || forming(s)) return table;  // forming: no rank runs yet
   for (const auto& r : health["ranks"]) {
     const bool monitored = r.value("monitored", false);
     RankRow row;

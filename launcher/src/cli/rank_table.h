@@ -8,6 +8,7 @@
 //
 // Threading: pure.
 
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -28,6 +29,7 @@ struct RankTable {
 };
 
 /// The table of status["ranks"]["ranks"].
+/// None while the world forms (state "rendezvous").
 RankTable rank_table(const nlohmann::json& status);
 
 /// The health view's last warnings (status["ranks"]["warnings"]), at most
@@ -38,6 +40,12 @@ std::vector<std::string> warning_lines(const nlohmann::json& status, size_t show
 
 /// "job ID: generation G (STATE), restarts U/M, elapsed E s, W rank(s) on N
 /// node(s)", without a newline: the first line of `status` and of `top`.
+/// While an elastic world forms (state "rendezvous"), W and N are ranges.
 std::string job_line(const nlohmann::json& status);
+
+/// While the generation's world forms (state "rendezvous"): "rendezvous: WHO
+/// JOINED; no rank runs until the world has formed", without a newline; the
+/// rank table then has no rows. nullopt otherwise.
+std::optional<std::string> rendezvous_line(const nlohmann::json& status);
 
 }  // namespace ddp

@@ -41,6 +41,7 @@ std::string render_membership(const nlohmann::json& s) {
 std::string render_status(const nlohmann::json& s) {
   std::string out = job_line(s) + "\n";
   if (s.contains("failure")) out += fmt::format("failure: {}\n", s["failure"].get<std::string>());
+  if (const auto forming = rendezvous_line(s)) return out + *forming + "\n";
   out += render_membership(s);
   if (s.contains("sync")) out += sync_state_lines(s["sync"]);
   const RankTable table = rank_table(s);

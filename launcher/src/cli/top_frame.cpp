@@ -41,13 +41,15 @@ bool in_trouble(const RankRow& row) {
 std::string render_top_frame(const nlohmann::json& s, const TopScreen& screen) {
   RankTable table = rank_table(s);
   const nlohmann::json& health = s.contains("ranks") ? s["ranks"] : nlohmann::json::object();
+  const std::optional<std::string> forming = rendezvous_line(s);
   std::vector<std::string> lines{
-      fmt::format("{}, {} monitored", job_line(s), health.value("monitored_ranks", 0))};
+      forming ? job_line(s) : fmt::format("{}, {} monitored", job_line(s), health.value("monitored_ranks", 0))};
   if (s.contains("failure")) lines.push_back(fmt::format("failure: {}", s["failure"].get<std::string>()));
+  if (forming) lines.push_back(*forming);
   for (std::string& line : warning_lines(s, screen.terminal ? kWarningsOnTerminal : kWarningsInText)) {
     lines.push_back(std::move(line));
   }
-  lines.push_back(table.header);
+  if (!forming) lines.push_back(table.header);
 
   std::vector<RankRow>& rows = table.rows;
   size_t hidden = 0;

@@ -321,6 +321,7 @@ void CoordinatorJob::decide_pending_stop(SteadyTime now) {
 }
 
 void CoordinatorJob::collect_stacks(Duration timeout, StacksCallback done) {
+  std::string why;
   {
     std::lock_guard<std::mutex> lock(mutex_);
     if (world_formed_ && state_ == GenerationState::kRunning) {
@@ -328,8 +329,11 @@ void CoordinatorJob::collect_stacks(Duration timeout, StacksCallback done) {
       stack_requests_.push_back({StackCollection(world, clock_.now() + timeout), std::move(done)});
       return;
     }
+    why = state_ == GenerationState::kRunning
+              ? fmt::format("generation {} is still forming (rendezvous): no rank runs yet", generation_)
+              : fmt::format("generation {} is {}: no rank runs", generation_, to_string(state_));
   }
-  done({StatusCode::kFailedPrecondition, "no generation of the job is running"}, "");
+  done({StatusCode::kFailedPrecondition, why}, "");
 }
 
 void CoordinatorJob::finish_stack_requests(SteadyTime now, Fired& fired) {
@@ -384,6 +388,13 @@ std::string CoordinatorJob::status_json() const {
   j["job_id"] = job_id_;
   j["generation"] = generation_;
   j["state"] = to_string(state_);
+  if (!world_formed_ && state_ == GenerationState::kRunning) {
+    // The generation's world is still forming: no rank runs yet, and the
+    // world size is the most it may have.
+    j["state"] = "rendezvous";
+    j["rendezvous"] = rendezvous_.waiting_summary(clock_.now())
+                          .value_or(fmt::format("no node joined generation {} yet", generation_));
+  }
   j["restarts_used"] = restarts_used_;
   j["max_restarts"] = config_.max_restarts;
   j["elapsed_s"] = std::chrono::duration<double>(clock_.now() - created_at_).count();

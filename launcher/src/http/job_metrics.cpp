@@ -9,7 +9,7 @@ namespace {
 
 // The job's GenerationState names (coordinator/generation_view.h) and the
 // hang verdict kinds (health/hang_detector.h): the label values.
-const std::vector<std::string> kJobStates = {"running", "stopping", "restarting", "finished"};
+const std::vector<std::string> kJobStates = {"rendezvous", "running", "stopping", "restarting", "finished"};
 const std::vector<std::string> kHangKinds = {"silent_rank", "stuck_collective", "desync"};
 
 void declare_all(PrometheusText& out) {
