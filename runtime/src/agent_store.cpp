@@ -198,6 +198,7 @@ bool AgentConnection::send_heartbeat(const WorkerHeartbeatData& hb, Duration tim
   out->set_phase(hb.phase);
   out->set_step_seconds(hb.step_seconds);
   out->set_busy_seconds(hb.busy_seconds);
+  out->set_activity(hb.activity);
   out->set_last_enqueued(hb.last_enqueued);
   out->set_last_started(hb.last_started);
   out->set_last_completed(hb.last_completed);

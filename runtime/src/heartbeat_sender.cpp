@@ -56,6 +56,7 @@ WorkerHeartbeatData HeartbeatSender::snapshot() const {
   hb.phase = to_string(progress_.phase());
   hb.step_seconds = progress_.step_seconds();
   hb.busy_seconds = progress_.busy_seconds();
+  hb.activity = progress_.activity();
   const FlightRecorder& record = collective_.flight_record();
   hb.recent = record.tail(kRecentRecords);
   hb.last_enqueued = record.last_enqueued();

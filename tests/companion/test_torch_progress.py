@@ -202,6 +202,7 @@ class TorchProgressTest(CompanionTestCase):
     def test_phases(self):
         rank = self.start("phases.py", self.tmp / "init")
         conn, _ = self.accept_rank(rank)
+        activity = []   # the heartbeat's count of phases gone through, in each phase
         for phase in ("data", "forward", "backward", "optimizer", "checkpoint"):
             rank.wait_line(lambda l: l == "at " + phase, 60, "at " + phase)
             hb = conn.wait_for(lambda m: heartbeat(m) and m["phase"] == phase, 30,
@@ -210,10 +211,18 @@ class TorchProgressTest(CompanionTestCase):
                 self.assertLessEqual(hb["last_completed"], hb["last_enqueued"])
             if phase == "checkpoint":
                 self.assertEqual(hb["step"], 1)   # MySGD.step -> SGD.step counted once
+            # Held inside the phase: the count stands still, heartbeat after heartbeat.
+            later = conn.wait_for(lambda m: heartbeat(m) and m is not hb, 30, "next heartbeat in " + phase)
+            self.assertEqual(later["activity"], hb["activity"], phase)
+            activity.append(hb["activity"])
             rank.write("\n")
         rank.wait_line(lambda l: l == "done", 60, "done")
         hb = conn.wait_for(lambda m: heartbeat(m) and m["phase"] == "other", 30, "idle heartbeat")
         self.assertEqual(hb["step"], 1)
+        activity.append(hb["activity"])
+        # Each phase that returned counted: a loop of batches and forwards with no
+        # step and no collective (evaluation) is seen working.
+        self.assertEqual(activity, sorted(set(activity)), activity)
         self.assertEqual(rank.finish(), 0, rank.stderr_text())
 
 

@@ -184,6 +184,19 @@ class PythonHangTests(PythonCompanionTestCase):
         self.assert_no_leftovers(timeout=2.0)
         return res, culprit_stack
 
+    def test_an_evaluation_pass_longer_than_the_hang_timeout_is_not_a_hang(self):
+        # Every rank evaluates for 2.5 hang timeouts with no step and no collective,
+        # then rank 1 goes on as long again while ranks 0 and 2 wait in the all_reduce
+        # of the result: they go through batches and forwards all along.
+        launch, w = self.start_script("--trouble", "long-eval@5:1", "--eval-seconds", str(2.5 * HANG))
+        res, t_exit = self.finish_watched(launch, w, 90)
+        self.assertIsNotNone(t_exit, "ddplaunch did not exit" + res.describe())
+        self.assertEqual(res.rc, 0, res.describe())
+        self.assertIn("torch_ddp_trouble: long-eval at step 5 (rank 1)", res.err, res.describe())
+        self.assertIn("torch_ddp_trouble: done", res.out, res.describe())
+        self.assertNotIn("detected", res.err, res.describe())
+        self.assert_no_leftovers(timeout=2.0)
+
     def test_rank_that_skips_an_all_reduce(self):
         res, w = self.run_trouble("skip@10:1")
         self.assertEqual(res.rc, HANG_EXIT, res.describe())

@@ -65,7 +65,7 @@ TEST(CompanionMessages, HeartbeatBecomesARankReport) {
           "last_enqueued":47,"last_started":47,"last_completed":46,
           "recent":[{"sequence":46,"op":"all_reduce","bytes":0,"dtype":"","state":"completed","age_ms":30},
                     {"sequence":47,"op":"all_reduce","bytes":4,"dtype":"float32","state":"started","age_ms":12}],
-          "exiting":false,"announced":12})j",
+          "exiting":false,"announced":12,"activity":305})j",
       *hello, 1234, 1, "node-a");
   ASSERT_TRUE(r);
   EXPECT_EQ(r->rank, 4);
@@ -80,6 +80,10 @@ TEST(CompanionMessages, HeartbeatBecomesARankReport) {
   EXPECT_EQ(r->recent[1].bytes, 4);
   EXPECT_EQ(r->recent[1].age, 12ms);
   EXPECT_EQ(r->announced, 12u);
+  EXPECT_EQ(r->activity, 305u);
+  ::ddplaunch::v1::WorkerHeartbeat hb;   // what the agent forwards to the coordinator
+  to_proto(*r, Duration::zero(), hb);
+  EXPECT_EQ(from_proto(hb, 1, "node-a").activity, 305u);
 }
 
 TEST(CompanionMessages, HeartbeatCarriesTheSubgroupsCounts) {
@@ -140,7 +144,7 @@ TEST(CompanionMessages, HeartbeatCarriesTheSubgroupsCounts) {
 TEST(CompanionMessages, HeartbeatFieldsOfTheWrongTypeOrRangeAreIgnored) {
   const auto hello = parse_companion_hello(kHello);
   const auto r = parse_companion_heartbeat(
-      R"j({"type":"heartbeat","step":"x","phase":7,"step_seconds":-3,"last_enqueued":-5,
+      R"j({"type":"heartbeat","step":"x","phase":7,"step_seconds":-3,"last_enqueued":-5,"activity":-2,
           "recent":[5,{"sequence":"a","bytes":-9,"age_ms":-1}]})j",
       *hello, 1, 0, "h");
   ASSERT_TRUE(r);
@@ -148,6 +152,7 @@ TEST(CompanionMessages, HeartbeatFieldsOfTheWrongTypeOrRangeAreIgnored) {
   EXPECT_EQ(r->phase, WorkerPhase::kUnknown);
   EXPECT_EQ(r->step_seconds, 0);
   EXPECT_EQ(r->last_enqueued, 0u);
+  EXPECT_EQ(r->activity, 0u);
   ASSERT_EQ(r->recent.size(), 1u);
   EXPECT_EQ(r->recent[0].sequence, 0u);
   EXPECT_EQ(r->recent[0].bytes, 0);

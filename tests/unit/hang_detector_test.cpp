@@ -223,6 +223,61 @@ TEST(HangDetectorTest, NoProgressWithNoRankInACollective) {
               HasSubstr("no rank in a collective: rank 0 step 5 phase data, rank 1 step 5 phase checkpoint"));
 }
 
+// An evaluation pass: no step, no collective, but every rank goes through
+// its phases (batches, forwards). Not a hang for as long as that goes on;
+// once the phases stop, the verdict comes one hang timeout later.
+TEST(HangDetectorTest, RanksStillGoingThroughTheirPhasesOutsideCollectivesAreNotStuck) {
+  Harness h(2);
+  const Duration evaluation = seconds(20);
+  auto v = h.run(seconds(60), [&](Duration t) {
+    for (int r = 0; r < 2; ++r) {
+      RankReport rep = idle_after(r, 5, 10, WorkerPhase::kForward);
+      rep.activity = static_cast<uint64_t>(std::chrono::duration_cast<seconds>(std::min(t, evaluation)).count());
+      h.detector.on_report(rep);
+    }
+  });
+  ASSERT_TRUE(v.has_value()) << "the phases stopped at 20 s";
+  EXPECT_EQ(v->first.kind, HangKind::kStuckCollective);
+  EXPECT_GT(v->second, evaluation + test_config().hang_timeout) << "not while they went on";
+  EXPECT_LE(v->second, evaluation + test_config().hang_timeout + seconds(1));
+  EXPECT_THAT(v->first.summary, HasSubstr("no rank in a collective"));
+}
+
+// Ranks 0 and 1 wait in the all_reduce after evaluation; rank 2's shard is
+// longer and it still goes through batches: it is on its way, not the
+// culprit, until its phases stop.
+TEST(HangDetectorTest, ARankMissingFromACollectiveIsBlamedOnlyOnceItStopsGoingThroughItsPhases) {
+  Harness h(3);
+  const Duration longer_shard = seconds(15);
+  auto v = h.run(seconds(60), [&](Duration t) {
+    for (int r : {0, 1}) h.detector.on_report(waiting_in(r, 41, 57, milliseconds(100) + t));
+    RankReport slow = idle_after(2, 41, 56, WorkerPhase::kData);
+    slow.activity = static_cast<uint64_t>(std::chrono::duration_cast<seconds>(std::min(t, longer_shard)).count());
+    h.detector.on_report(slow);
+  });
+  ASSERT_TRUE(v.has_value()) << "rank 2's phases stopped at 15 s";
+  EXPECT_GT(v->second, longer_shard + test_config().hang_timeout);
+  EXPECT_LE(v->second, longer_shard + test_config().hang_timeout + seconds(1));
+  EXPECT_EQ(v->first.culprits, std::vector<int>({2}));
+  EXPECT_THAT(v->first.summary, HasSubstr("rank 2 (host h2, pid 102, step 41, phase data) never entered all_reduce #57"));
+}
+
+// The counter alone is no progress: a rank that goes through phases does not
+// hide that the others are stuck among themselves.
+TEST(HangDetectorTest, ARankGoingThroughItsPhasesDoesNotHideAStuckCollectiveItEntered) {
+  Harness h(3);
+  auto v = h.run(seconds(30), [&](Duration t) {
+    for (int r : {0, 1}) h.detector.on_report(waiting_in(r, 41, 57, milliseconds(100) + t));
+    RankReport past = idle_after(2, 41, 57, WorkerPhase::kForward);   // it passed #57 (async) and works on
+    past.activity = static_cast<uint64_t>(std::chrono::duration_cast<seconds>(t).count());
+    h.detector.on_report(past);
+  });
+  ASSERT_TRUE(v.has_value());
+  EXPECT_LE(v->second, test_config().hang_timeout + seconds(1));
+  EXPECT_TRUE(v->first.culprits.empty());
+  EXPECT_THAT(v->first.summary, HasSubstr("no rank is missing from it"));
+}
+
 TEST(HangDetectorTest, SilentRankIsNamedWithinTimeoutPlusTwoIntervals) {
   Harness h(3);
   const Duration last_beat = seconds(2);

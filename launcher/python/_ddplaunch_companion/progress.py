@@ -38,7 +38,7 @@ class State(object):
     __slots__ = ("sending", "stack", "open_depth", "open_since", "open_fb", "fb_ranges",
                  "fb_from", "records", "pending", "seen", "pg", "seq_fn", "base", "own_seq", "last_seq",
                  "steps", "opt_id", "fwd_count", "t_step", "step_seconds", "busy_seconds",
-                 "coll_seconds", "coll_at_step", "torch", "group_seen", "ddp_groups")
+                 "coll_seconds", "coll_at_step", "torch", "group_seen", "ddp_groups", "activity")
 
     def __init__(self):
         self.sending = False          # this is the claimed, connected rank process
@@ -71,6 +71,10 @@ class State(object):
         self.coll_at_step = 0.0
         self.torch = None             # torch.__version__ once torch is imported
         self.ddp_groups = []          # subgroups.Group of each non-default group a DDP module runs on
+        # Phases that returned so far (data batches, forwards, backwards, steps,
+        # saves, collectives): while it changes the rank works, even in a long
+        # evaluation loop with no step and no collective.
+        self.activity = 0
 
 
 STATE = State()
@@ -139,6 +143,7 @@ def leave(phase):
                 del stack[i]
                 break
     phase.depth -= 1
+    S.activity += 1
     if phase.opens:
         if S.open_depth > 1:
             S.open_depth -= 1
@@ -243,7 +248,7 @@ def build_heartbeat(exiting=False):
     msg = {"type": "heartbeat", "step": step, "phase": phase,
            "step_seconds": S.step_seconds, "busy_seconds": S.busy_seconds,
            "last_enqueued": top, "last_started": top, "last_completed": completed,
-           "recent": recent, "exiting": bool(exiting), "torch": S.torch}
+           "recent": recent, "exiting": bool(exiting), "torch": S.torch, "activity": S.activity}
     try:
         groups = subgroups.heartbeat_entries(now)
     except Exception:   # the groups are extra: never cost the heartbeat itself

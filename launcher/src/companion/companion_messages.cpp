@@ -180,6 +180,7 @@ std::optional<RankReport> parse_companion_heartbeat(const std::string& text, con
   r.last_started = sequence_field(*j, "last_started");
   r.last_completed = sequence_field(*j, "last_completed");
   r.exiting = bool_field(*j, "exiting");
+  r.activity = sequence_field(*j, "activity");
   r.announced = sequence_field(*j, "announced");
   r.recent = recent_field(*j, kMaxRecent);
   r.subgroups = subgroups_field(*j);

@@ -114,6 +114,7 @@ void HangDetector::on_report(RankReport report, Duration age) {
   const bool progressed = first || report.step != st.report->step ||
                           report.last_completed != st.report->last_completed ||
                           subgroup_completed(report) != subgroup_completed(*st.report);
+  if (!first && report.activity != st.report->activity) st.active_at = received;
   st.monitored = true;
   st.report = std::make_shared<const RankReport>(std::move(report));
   st.received_at = received;
@@ -391,8 +392,16 @@ std::optional<HangVerdict> HangDetector::stuck_verdict(SteadyTime now) const {
   HangVerdict v;
   v.kind = HangKind::kStuckCollective;
   const OpenCollective open = find_open(active, now);
+  const auto is_working = [this, now](int r) { return working(r, now); };
   if (open.sequence == 0) {
-    if (auto sub = subgroup_verdict(active, now, nullptr)) return sub;
+    if (auto sub = subgroup_verdict(active, now, nullptr)) {
+      if (std::all_of(sub->culprits.begin(), sub->culprits.end(), is_working)) return std::nullopt;
+      return sub;
+    }
+    // Every rank outside the default group's collectives, and one still going
+    // through its phases: a long loop without steps or collectives (an
+    // evaluation pass), not a hang.
+    if (std::any_of(active.begin(), active.end(), is_working)) return std::nullopt;
     std::string ranks;
     for (size_t i = 0; i < active.size() && i < 8; ++i) {
       const RankReport& r = *ranks_[static_cast<size_t>(active[i])].report;
@@ -415,6 +424,11 @@ std::optional<HangVerdict> HangDetector::stuck_verdict(SteadyTime now) const {
       v.culprits.push_back(r);
     }
   }
+  // A rank missing from it that still goes through its phases is on its way
+  // (a longer evaluation shard than the others'): blamed once it stops.
+  const size_t missing = v.culprits.size();
+  v.culprits.erase(std::remove_if(v.culprits.begin(), v.culprits.end(), is_working), v.culprits.end());
+  if (missing > 0 && v.culprits.empty()) return std::nullopt;
   const std::string label = collective_label(k, open.info ? &*open.info : nullptr);
   const std::string waited = format_seconds(open.waited);
   if (!v.culprits.empty()) {
@@ -451,6 +465,11 @@ std::optional<HangVerdict> HangDetector::stuck_verdict(SteadyTime now) const {
     }
   }
   return v;
+}
+
+bool HangDetector::working(int rank, SteadyTime now) const {
+  const RankState& st = ranks_[static_cast<size_t>(rank)];
+  return !st.exited && st.active_at != SteadyTime{} && now - st.active_at <= config_.hang_timeout;
 }
 
 std::optional<HangVerdict> HangDetector::subgroup_verdict(const std::vector<int>& among, SteadyTime now,

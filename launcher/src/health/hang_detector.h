@@ -156,6 +156,7 @@ class HangDetector {
     // replaced on each heartbeat, never changed in place.
     std::shared_ptr<const RankReport> report = std::make_shared<const RankReport>();
     SteadyTime received_at{};  // when the report was made (arrival - age)
+    SteadyTime active_at{};    // the report where its activity last changed; {}: never seen to
     // The agent's latest sample, heartbeats or not; shared and replaced as `report`.
     std::shared_ptr<const RankResources> resources;
     SteadyTime resources_at{};               // when it was taken (arrival - its age)
@@ -186,6 +187,10 @@ class HangDetector {
   std::optional<HangVerdict> desync_verdict() const;
   std::optional<HangVerdict> silent_verdict(SteadyTime now) const;
   std::optional<HangVerdict> stuck_verdict(SteadyTime now) const;
+  /// Whether the rank still runs and went through a phase within the hang
+  /// timeout (RankReport::activity changed): it works toward whatever it
+  /// has not reached yet, if slowly, and a stuck verdict does not blame it.
+  bool working(int rank, SteadyTime now) const;
   /// The verdict where a rank in `among` waits in a subgroup collective that
   /// a member never entered (subgroup_waits.h); `then` ends its summary.
   std::optional<HangVerdict> subgroup_verdict(const std::vector<int>& among, SteadyTime now,

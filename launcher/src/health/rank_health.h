@@ -70,6 +70,8 @@ struct RankReport {
   std::vector<CollectiveSeen> recent;  // the last few collectives, oldest first
   std::vector<SubgroupProgress> subgroups;  // the groups it used last (Python ranks only)
   bool exiting = false;            // its last heartbeat: the worker is leaving
+  uint64_t activity = 0;           // phases gone through so far: a change says it works
+                                   // (an evaluation loop: no step, no collective)
   uint64_t announced = 0;          // Python companion: collectives it had announced when this
                                    // report was made (collective_announcements.h)
   /// The agent's latest sample of the rank's process and GPUs, where it took one.

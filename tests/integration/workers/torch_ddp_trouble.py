@@ -28,6 +28,10 @@ and all-reduces the loss for logging.
                     no Python thread of the rank runs, the companion's neither
       loader-crash  the rank's DataLoader worker raises at STEP
       loader-segfault  the rank's DataLoader worker dereferences NULL at STEP (SIGSEGV)
+      long-eval     at STEP every rank evaluates the model (DDP forwards over a DataLoader,
+                    under no_grad: no step, no collective) for --eval-seconds, the rank
+                    for twice as long while the others wait in the all_reduce of the
+                    result; then the run ends: slow work, not a hang
   --ddp-groups      DDP runs on data-parallel groups instead of the default one: ranks 0
                     and 1 share one (dist.new_group([0, 1]), passed as process_group=),
                     every other rank has its own; the loss all_reduce stays on all ranks
@@ -35,6 +39,7 @@ and all-reduces the loss for logging.
   --step-sleep S    pause per step (default 0.02)
   --workers N       DataLoader workers (default 0; loader-crash and loader-segfault use 1)
   --worker-start M  how the DataLoader starts its workers: fork (default), spawn, forkserver
+  --eval-seconds S  long-eval's evaluation pass (default 8)
 
 Just before the trouble the rank prints to stderr, flushed:
   torch_ddp_trouble: KIND at step N (rank R)
@@ -53,7 +58,7 @@ import torch.nn as nn
 from torch.utils.data import DataLoader, Dataset
 
 TROUBLES = ("data-hang", "skip", "size", "raise", "segfault", "gil-hang", "loader-crash", "loader-segfault",
-            "subgroup-skip", "subgroup-size", "subgroup-dtype")
+            "subgroup-skip", "subgroup-size", "subgroup-dtype", "long-eval")
 SUBGROUP_TROUBLES = ("subgroup-skip", "subgroup-size", "subgroup-dtype")
 
 
@@ -103,6 +108,17 @@ class Batches(Dataset):
         return torch.randn(16, 32, generator=g), torch.randint(0, 10, (16,), generator=g)
 
 
+def evaluate(model, seconds):
+    """Forwards under no_grad for `seconds`, then the all_reduce of the summed outputs."""
+    total = torch.zeros(1)
+    end = time.monotonic() + seconds
+    with torch.no_grad():
+        while time.monotonic() < end:
+            for x in DataLoader(torch.randn(64, 32), batch_size=16):
+                total += model(x).sum()
+    dist.all_reduce(total)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--trouble", default=None)
@@ -111,6 +127,7 @@ def main():
     ap.add_argument("--workers", type=int, default=0)
     ap.add_argument("--worker-start", choices=("fork", "spawn", "forkserver"), default="fork")
     ap.add_argument("--ddp-groups", action="store_true")
+    ap.add_argument("--eval-seconds", type=float, default=8.0)
     args = ap.parse_args()
     kind, at, who = parse_trouble(args.trouble) if args.trouble else (None, -1, -1)
 
@@ -152,6 +169,11 @@ def main():
         if mine and kind == "gil-hang" and step == at:
             announce(kind, step, rank)
             hold_the_gil()
+        if kind == "long-eval" and step == at:
+            if mine:
+                announce(kind, step, rank)
+            evaluate(model, args.eval_seconds * (2 if mine else 1))
+            break
         opt.zero_grad()
         loss = loss_fn(model(x), y)
         loss.backward()

@@ -44,6 +44,7 @@ struct WorkerHeartbeatData {
   uint64_t last_completed = 0;
   std::vector<CollectiveRecord> recent;  // oldest first
   bool exiting = false;                  // the last heartbeat: this worker is leaving
+  uint64_t activity = 0;                 // TrainingProgress::activity()
   /// Every thread's stack, set in the first heartbeat after the launcher
   /// asked for them (dump_all_thread_stacks()); sent as RankStacks with this
   /// heartbeat's rank. Plain data owned by this struct: the sender keeps its

@@ -30,7 +30,12 @@ const char* to_string(Phase phase);
 class TrainingProgress {
  public:
   void begin_step(int64_t step);
-  void set_phase(Phase phase) { phase_.store(phase, std::memory_order_relaxed); }
+  /// Also counts the call (activity()): a rank whose phases change works,
+  /// even through a long loop with no step and no collective (evaluation).
+  void set_phase(Phase phase) {
+    phase_.store(phase, std::memory_order_relaxed);
+    activity_.fetch_add(1, std::memory_order_relaxed);
+  }
   /// Time the training thread spent waiting for other ranks in this step
   /// (e.g. the reducer's wait at the end of backward): not counted as busy.
   void add_wait(double seconds);
@@ -52,10 +57,13 @@ class TrainingProgress {
   Phase phase() const { return phase_.load(std::memory_order_relaxed); }
   double step_seconds() const { return step_seconds_.load(std::memory_order_relaxed); }
   double busy_seconds() const { return busy_seconds_.load(std::memory_order_relaxed); }
+  /// set_phase() calls so far.
+  uint64_t activity() const { return activity_.load(std::memory_order_relaxed); }
 
  private:
   std::atomic<int64_t> step_{-1};
   std::atomic<Phase> phase_{Phase::kUnknown};
+  std::atomic<uint64_t> activity_{0};
   std::atomic<double> step_seconds_{0};
   std::atomic<double> busy_seconds_{0};
   std::atomic<double> waited_seconds_{0};  // in the step now running
