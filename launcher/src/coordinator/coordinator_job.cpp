@@ -387,11 +387,11 @@ std::string CoordinatorJob::status_json() const {
   nlohmann::json j;
   j["job_id"] = job_id_;
   j["generation"] = generation_;
-  j["state"] = to_string(state_);
-  if (!world_formed_ && state_ == GenerationState::kRunning) {
-    // The generation's world is still forming: no rank runs yet, and the
-    // world size is the most it may have.
-    j["state"] = "rendezvous";
+  // While the generation's world forms no rank runs yet, and the world size
+  // is the most it may have.
+  const bool forming = !world_formed_ && state_ == GenerationState::kRunning;
+  j["state"] = forming ? "rendezvous" : to_string(state_);
+  if (forming) {
     j["rendezvous"] = rendezvous_.waiting_summary(clock_.now())
                           .value_or(fmt::format("no node joined generation {} yet", generation_));
   }

@@ -7,8 +7,9 @@
 namespace ddp {
 namespace {
 
-// The job's GenerationState names (coordinator/generation_view.h) and the
-// hang verdict kinds (health/hang_detector.h): the label values.
+// The job's states in its status document: "rendezvous" while a generation's
+// world forms, then its GenerationState names (coordinator/generation_view.h);
+// and the hang verdict kinds (health/hang_detector.h): the label values.
 const std::vector<std::string> kJobStates = {"rendezvous", "running", "stopping", "restarting", "finished"};
 const std::vector<std::string> kHangKinds = {"silent_rank", "stuck_collective", "desync"};
 
