@@ -157,7 +157,12 @@ class DetachedNodesTest(MultiNodeTestCase):
             self.assertEqual(res.rc, 0, res.describe())
             self.assertEqual(res.out.strip(), self.job_id, res.describe())
         env = self.mn_env(extra_env)
-        ended = wait_until(lambda: [j for j in self.list_jobs(env) if j["state"] != "running"], 60, 0.2)
+        ended = []
+
+        def both_ended():   # the two agents record their ends a few milliseconds apart
+            ended[:] = [j for j in self.list_jobs(env) if j["state"] != "running"]
+            return len(ended) == 2
+        wait_until(both_ended, 60, 0.2)
         jobs = self.list_jobs(env)
         self.assertEqual(len(jobs), 2, jobs)
         self.assertEqual(len(ended), 2, jobs)
