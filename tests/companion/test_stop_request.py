@@ -24,6 +24,17 @@ class StopRequestTest(CompanionTestCase):
     def test_stops_after_the_step_the_request_names(self):
         self.assertEqual(self.run_with_request({"stop_at_step": 5, "reason": "SIGTERM"}), "stopped after 5")
 
+    def test_a_request_read_past_its_step_stops_at_once_and_says_it_came_late(self):
+        stop_file = self.tmp / "stop_request.json"
+        stop_file.write_text(json.dumps({"stop_at_step": 0, "reason": "SIGTERM"}))
+        rank = self.start("stop_steps.py", self.tmp / "init",
+                          env=self.rank_env(DDPLAUNCH_STOP_FILE=str(stop_file)))
+        self.accept_rank(rank)
+        rank.wait_line(lambda l: l == "stopped after 1", 60, "the stop")
+        self.assertEqual(rank.finish(), 0, rank.stderr_text())
+        self.assertIn("ddplaunch companion: rank 0 read the stop request after completing step 1, past step 0 "
+                      "it names: it stops now", rank.stderr_text())
+
     def test_a_request_without_a_step_stops_at_the_next_boundary(self):
         self.assertEqual(self.run_with_request({"stop_at_step": None}), "stopped after 1")
 

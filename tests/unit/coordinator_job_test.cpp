@@ -1509,6 +1509,56 @@ TEST_F(MembershipTest, AStopAskedBeforeAnyRankReportsStepsIsChosenWithTheFirstRe
   EXPECT_EQ(heard->stop_at_step, 8 + 40 + 1);
 }
 
+TEST_F(MembershipTest, AStopAskedWhenTheRanksReportedOnlyTheirFirstStepWaitsForTheirStepTime) {
+  // The race a CI run met next: the last reports were of step 1, without a
+  // step time, and the steps after it took 10 ms. Two steps of margin chose
+  // step 5, which the ranks had passed when they read it: they stopped after
+  // different steps and the job failed with a desync instead of ending for a
+  // requeue.
+  make(2, 1, /*max_restarts=*/3, 15s);
+  form_world();
+  int64_t current = 0;
+  for (int rank = 0; rank < 2; ++rank) {
+    RankReport r;
+    r.rank = rank;
+    r.step = 1;
+    ASSERT_TRUE(job().heartbeat(rank, 0, current, {{r, 0s}}).ok());
+  }
+  JobStop stop;
+  ASSERT_TRUE(job().request_stop(0, 0, "SIGTERM to ddplaunch on node 0", 60s, stop).ok());
+  EXPECT_TRUE(stop.pending);
+  RankReport r;
+  r.rank = 1;
+  r.step = 30;
+  r.step_seconds = 0.01;
+  std::optional<JobStop> heard;
+  clock().advance(1s);
+  ASSERT_TRUE(job().heartbeat(1, 0, current, {{r, 0s}}, nullptr, {}, &heard).ok());
+  ASSERT_TRUE(heard.has_value());
+  EXPECT_FALSE(heard->pending);
+  // Four 1 s heartbeat intervals at 10 ms a step past step 31.
+  EXPECT_EQ(heard->stop_at_step, 31 + 400 + 1);
+}
+
+TEST_F(MembershipTest, AStopAfterASlowStepCountsTheFasterStepsBeforeIt) {
+  make(2, 1, /*max_restarts=*/3, 15s);
+  form_world();
+  int64_t current = 0;
+  RankReport r;
+  r.rank = 0;
+  r.step = 99;
+  r.step_seconds = 0.1;
+  ASSERT_TRUE(job().heartbeat(0, 0, current, {{r, 0s}}).ok());
+  clock().advance(1s);
+  r.step = 100;
+  r.step_seconds = 30;  // a step with an evaluation in it
+  ASSERT_TRUE(job().heartbeat(0, 0, current, {{r, 0s}}).ok());
+  JobStop stop;
+  ASSERT_TRUE(job().request_stop(0, 0, "SIGTERM to ddplaunch on node 0", 60s, stop).ok());
+  ASSERT_TRUE(stop.stop_at_step.has_value());
+  EXPECT_EQ(*stop.stop_at_step, 101 + 40 + 1);
+}
+
 TEST_F(MembershipTest, AStopOfRanksThatReportNoStepsIsAtTheNextBoundaryAfterFourHeartbeatIntervals) {
   make(2, 1, /*max_restarts=*/3, 15s);
   form_world();

@@ -598,6 +598,29 @@ TEST(HangDetectorTest, StragglerIsFoundByBusyTimeWhenStepTimesAreEqual) {
   EXPECT_THAT(warnings[0].summary, HasSubstr("busy 0.34 s per step, the others 50.0 ms (median)"));
 }
 
+TEST(HangDetectorTest, KeepsTheFastestStepTimeOfTheGenerationForChoosingAStopStep) {
+  Harness h(2);
+  EXPECT_EQ(h.detector.fastest_step_seconds(), 0);  // none reported yet
+  RankReport r0 = report(0, 40);
+  r0.step_seconds = 0.25;
+  h.detector.on_report(r0);
+  RankReport r1 = report(1, 40);  // no step time (0): not the fastest
+  h.detector.on_report(r1);
+  EXPECT_DOUBLE_EQ(h.detector.fastest_step_seconds(), 0.25);
+  // A later, slower step (an evaluation in it) does not replace it.
+  h.clock.advance(seconds(1));
+  r0.step = 41;
+  r0.step_seconds = 60;
+  h.detector.on_report(r0);
+  EXPECT_DOUBLE_EQ(h.detector.fastest_step_seconds(), 0.25);
+  r1.step = 41;
+  r1.step_seconds = 0.125;
+  h.detector.on_report(r1);
+  EXPECT_DOUBLE_EQ(h.detector.fastest_step_seconds(), 0.125);
+  h.detector.reset(2);  // a new generation measures its own
+  EXPECT_EQ(h.detector.fastest_step_seconds(), 0);
+}
+
 TEST(HangDetectorTest, SnapshotShowsEveryRank) {
   Harness h(3);
   RankReport r0 = waiting_in(0, 41, 57, milliseconds(500));

@@ -38,6 +38,15 @@ TEST(ChooseStopStep, BeyondAnyStepARankCanReachBeforeItReadsTheRequest) {
   EXPECT_EQ(choose_stop_step({report(0, 0, 0)}, 2s), 1 + 2 + 1);
 }
 
+TEST(ChooseStopStep, AFasterStepReportedBeforeCountsOverALastSlowOne) {
+  // The last report is of a step with an evaluation in it (60 s); the steps
+  // around it take 10 ms, and 2 s of them would pass a step one ahead.
+  EXPECT_EQ(choose_stop_step({report(0, 10, 60.0)}, 2s, 0.010), 11 + 200 + 1);
+  // The faster of the two counts, whichever it is.
+  EXPECT_EQ(choose_stop_step({report(0, 10, 0.25)}, 2s, 0.5), 11 + 8 + 1);
+  EXPECT_EQ(choose_stop_step({report(0, 10, 0)}, 2s, 0.5), 11 + 4 + 1);
+}
+
 // Found by coordinator_rpc_fuzz: a step is whatever a rank (or an agent)
 // sent, and one near 2^63 made the sums overflow.
 TEST(ChooseStopStep, AStepNearTheLargestSaturatesInsteadOfOverflowing) {
@@ -72,6 +81,31 @@ TEST(DecideJobStop, WaitsForAReportOfStepsUntilTheDeadline) {
   ASSERT_TRUE(late.has_value());
   EXPECT_EQ(late->stop_at_step, std::nullopt);
   EXPECT_FALSE(late->pending);
+}
+
+TEST(DecideJobStop, WaitsForAStepTimeUntilTheDeadline) {
+  // The race a CI run met: SIGTERM when the last report was of the first
+  // step (no step time yet), and the steps after it took 10 ms each. Two
+  // steps of margin chose step 5; the ranks had completed 7 and read the
+  // request one after another, so three stopped after step 7 and the fourth
+  // went on into step 8's all-reduce.
+  PendingJobStop pending;
+  pending.stop.reason = "SIGTERM to ddplaunch on node 0";
+  pending.deadline = SteadyTime(10s);
+  EXPECT_EQ(decide_job_stop(pending, {report(0, 1, 0), report(1, 1, 0)}, 2s, SteadyTime(9s)), std::nullopt);
+  // The next report has one: 2 s at 10 ms a step past the furthest.
+  const std::optional<JobStop> chosen =
+      decide_job_stop(pending, {report(0, 30, 0.010), report(1, 29, 0)}, 2s, SteadyTime(9s));
+  ASSERT_TRUE(chosen.has_value());
+  EXPECT_EQ(chosen->stop_at_step, 31 + 200 + 1);
+  // One reported before is as good as one in the last reports.
+  const std::optional<JobStop> seen = decide_job_stop(pending, {report(0, 30, 0)}, 2s, SteadyTime(9s), 0.010);
+  ASSERT_TRUE(seen.has_value());
+  EXPECT_EQ(seen->stop_at_step, 31 + 200 + 1);
+  // Steps slower than the wait: at the deadline, two steps of margin.
+  const std::optional<JobStop> late = decide_job_stop(pending, {report(0, 1, 0)}, 2s, SteadyTime(10s));
+  ASSERT_TRUE(late.has_value());
+  EXPECT_EQ(late->stop_at_step, 2 + 2 + 1);
 }
 
 TEST(StopRequestFile, IsWrittenWholeAsJson) {

@@ -16,6 +16,7 @@ companion counts them. Standard library only."""
 
 import json
 import os
+import sys
 
 from .progress import steps_done as progress_steps
 
@@ -52,4 +53,24 @@ def should_stop(steps_done=None):
         return False
     if at is None:
         return True
-    return (progress_steps() if steps_done is None else steps_done) >= at
+    done = progress_steps() if steps_done is None else steps_done
+    if done > at:
+        _say_once_the_request_came_late(done, at)
+    return done >= at
+
+
+_said_late = False
+
+
+def _say_once_the_request_came_late(done, at):
+    # The launcher chooses a step the ranks have not reached; one read after
+    # it stops here, where others may have stopped at another step: the ones
+    # still going then wait in a collective, and this line says why.
+    global _said_late
+    if _said_late:
+        return
+    _said_late = True
+    sys.stderr.write(f"ddplaunch companion: rank {os.environ.get('RANK', '?')} read the stop request after "
+                     f"completing step {done}, past step {at} it names: it stops now, and ranks that stopped "
+                     f"after another step leave the others waiting in a collective\n")
+    sys.stderr.flush()

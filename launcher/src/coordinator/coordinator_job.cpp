@@ -275,14 +275,15 @@ Status CoordinatorJob::request_stop(int node_rank, int64_t generation, const std
     PendingJobStop asked;
     asked.stop.reason = reason;
     asked.stop.stop_timeout = stop_timeout;
-    // Steps show up with the ranks' next reports, within a heartbeat
-    // interval or two of a first step; a program that reports none is told
-    // "at the next step boundary" after four.
+    // Steps and step times show up with the ranks' next reports, within a
+    // heartbeat interval or two of a second step; a program that reports
+    // none is told "at the next step boundary" after four.
     asked.deadline = clock_.now() + 4 * config_.heartbeat_interval;
     pending_stop_ = std::move(asked);
     decide_pending_stop(clock_.now());
     if (pending_stop_) {
-      spdlog::info("job {}: node {} asks every rank to stop ({}); waiting for the ranks' step counts to choose the step",
+      spdlog::info("job {}: node {} asks every rank to stop ({}); waiting for the ranks' step counts and step times "
+                   "to choose the step",
                    job_id_, node_rank, reason);
     }
   }
@@ -309,8 +310,8 @@ void CoordinatorJob::decide_pending_stop(SteadyTime now) {
   // Reports are up to a heartbeat interval old when they arrive, and the
   // agents hear of the stop with their next heartbeat: four intervals of
   // steps past the furthest rank is beyond any rank's reach.
-  std::optional<JobStop> decided =
-      decide_job_stop(*pending_stop_, health_.latest_reports(), 4 * config_.heartbeat_interval, now);
+  std::optional<JobStop> decided = decide_job_stop(*pending_stop_, health_.latest_reports(),
+                                                   4 * config_.heartbeat_interval, now, health_.fastest_step_seconds());
   if (!decided) return;
   spdlog::warn("job {}: every rank stops {} ({})", job_id_,
                decided->stop_at_step ? fmt::format("once it has completed step {}", *decided->stop_at_step)

@@ -83,6 +83,7 @@ HangDetector::HangDetector(HangConfig config, int world_size, const Clock& clock
 void HangDetector::reset(int world_size) {
   ranks_.assign(static_cast<size_t>(std::max(world_size, 0)), RankState{});
   last_progress_ = clock_.now();
+  fastest_step_seconds_ = 0;
   first_seen_.clear();
   first_seen_in_.clear();
   desync_.reset();
@@ -115,6 +116,9 @@ void HangDetector::on_report(RankReport report, Duration age) {
                           report.last_completed != st.report->last_completed ||
                           subgroup_completed(report) != subgroup_completed(*st.report);
   if (!first && report.activity != st.report->activity) st.active_at = received;
+  if (report.step_seconds > 0 && (fastest_step_seconds_ == 0 || report.step_seconds < fastest_step_seconds_)) {
+    fastest_step_seconds_ = report.step_seconds;
+  }
   st.monitored = true;
   st.report = std::make_shared<const RankReport>(std::move(report));
   st.received_at = received;

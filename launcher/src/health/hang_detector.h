@@ -141,6 +141,10 @@ class HangDetector {
 
   /// The last report of every rank that sent one in this generation.
   std::vector<RankReport> latest_reports() const;
+  /// The fastest step time (seconds) any rank reported in this generation, 0
+  /// if none did: a rank's last report may be of one slow step (an
+  /// evaluation, a checkpoint) among fast ones.
+  double fastest_step_seconds() const { return fastest_step_seconds_; }
 
   /// Whether any rank has sent a heartbeat in this generation.
   bool any_monitored() const;
@@ -209,6 +213,7 @@ class HangDetector {
   const Clock& clock_;
   std::vector<RankState> ranks_;
   SteadyTime last_progress_{};
+  double fastest_step_seconds_ = 0;
   FirstSeen first_seen_;                             // the default group's collectives
   std::map<std::string, FirstSeen> first_seen_in_;  // other groups' (their open ones), by group
   std::optional<Desync> desync_;

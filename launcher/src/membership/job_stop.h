@@ -41,13 +41,24 @@ struct PendingJobStop {
 
 /// The step count at which every rank should stop: the most any rank has
 /// reached by its last report, plus the steps one can complete in `lag` at the
-/// fastest step time reported (reports are late, and the request takes time to
-/// reach every rank), plus one. nullopt when no rank reports steps.
-std::optional<int64_t> choose_stop_step(const std::vector<RankReport>& reports, Duration lag);
+/// fastest step time known (reports are late, and the request takes time to
+/// reach every rank), plus one. The fastest step time is the least of the
+/// reports' and `fastest_seen` (seconds, 0: none), the fastest any rank
+/// reported before: a last report of one slow step (an evaluation, a
+/// checkpoint) would let the ranks pass the step before they read it. With
+/// no step time at all, two steps of margin. nullopt when no rank reports
+/// steps.
+std::optional<int64_t> choose_stop_step(const std::vector<RankReport>& reports, Duration lag,
+                                        double fastest_seen = 0);
 
-/// The stop decided once a rank reports steps (choose_stop_step), or at the
-/// next step boundary once `now` reached the deadline; nullopt: keep waiting.
+/// The stop decided once a rank reports steps and a step time
+/// (choose_stop_step); at the deadline, with steps but no step time, or at
+/// the next step boundary when no rank reports steps. nullopt: keep waiting.
+/// A report of steps without a step time is of the first step (a rank knows
+/// how long a step takes once it completed two), and the steps after it may
+/// take milliseconds each: a margin of two steps chosen then is passed
+/// before the ranks read it, and they stop after different steps.
 std::optional<JobStop> decide_job_stop(const PendingJobStop& pending, const std::vector<RankReport>& reports,
-                                       Duration lag, SteadyTime now);
+                                       Duration lag, SteadyTime now, double fastest_seen = 0);
 
 }  // namespace ddp
