@@ -91,6 +91,22 @@ class TorchProgressTest(CompanionTestCase):
         self.assertEqual(hb["recent"][-1]["state"], "completed")
         self.assertFalse(os.path.exists(path), "a rank whose agent never mapped the file removes it")
 
+    def test_a_heartbeat_goes_out_as_torch_save_begins(self):
+        # torch.save may then hold the GIL for minutes (a big tensor to slow
+        # storage): the agent must know the rank saves before it goes quiet.
+        self.interval_ms = 600000
+        rank = self.start("eager.py", self.tmp / "init", "save")
+        conn, _ = self.accept_rank(rank)
+        conn.wait_for(heartbeat, 10, "first heartbeat")   # sent as the process group appears
+        rank.wait_line(lambda l: l == "ready", 60, "ready")
+        rank.write("\n")
+        rank.wait_line(lambda l: l == "writing", 60, "writing")
+        hb = conn.wait_for(heartbeat, 10, "a heartbeat as torch.save began")
+        self.assertEqual(hb["phase"], "checkpoint", hb)
+        rank.write("\n")
+        rank.wait_line(lambda l: l == "done", 60, "done")
+        self.assertEqual(rank.finish(), 0, rank.stderr_text())
+
     def test_blocked_in_collective(self):
         # Rank 0 waits in a barrier (in C++, GIL released) until rank 1 joins.
         init = self.tmp / "init"

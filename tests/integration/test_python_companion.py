@@ -197,6 +197,34 @@ class PythonHangTests(PythonCompanionTestCase):
         self.assertNotIn("detected", res.err, res.describe())
         self.assert_no_leftovers(timeout=2.0)
 
+    def test_a_checkpoint_written_for_longer_than_the_hang_timeout_is_not_a_hang(self):
+        # torch.save writes the tensors with the GIL held: rank 1 sends no heartbeat
+        # for 2.5 hang timeouts while ranks 0 and 2 wait in a barrier. Its process's
+        # writes go on all along (the agent reads them from /proc), so it is saving.
+        launch, w = self.start_script("--trouble", "slow-save@5:1", "--save-seconds", str(2.5 * HANG))
+        res, t_exit = self.finish_watched(launch, w, 90)
+        self.assertIsNotNone(t_exit, "ddplaunch did not exit" + res.describe())
+        self.assertEqual(res.rc, 0, res.describe())
+        self.assertIn("torch_ddp_trouble: slow-save at step 5 (rank 1)", res.err, res.describe())
+        self.assertIn("torch_ddp_trouble: done", res.out, res.describe())
+        self.assertNotIn("detected", res.err, res.describe())
+        self.assert_no_leftovers(timeout=2.0)
+
+    def test_a_checkpoint_whose_writes_stop_is_a_hang_in_the_checkpoint_phase(self):
+        res, w = self.run_trouble("stalled-save@5:1")
+        self.assertEqual(res.rc, HANG_EXIT, res.describe())
+        silent = w.first(SILENT_RE, "err")
+        self.assertIsNotNone(silent, "no silent_rank report" + res.describe())
+        self.assertEqual(silent[1].group(1), "1", res.describe())
+        self.assertIn("phase checkpoint", silent[1].string, res.describe())
+        self.assert_detected_in_time(w, silent, res)
+        hang = self.failure_json()["hang"]
+        self.assertEqual(hang["kind"], "silent_rank")
+        self.assertEqual(hang["culprits"], [1])
+        groups = merged_groups(res.err)
+        self.assertIn("torch.save(", groups["1"][0], res.describe())
+        self.assert_no_leftovers(timeout=2.0)
+
     def test_rank_that_skips_an_all_reduce(self):
         res, w = self.run_trouble("skip@10:1")
         self.assertEqual(res.rc, HANG_EXIT, res.describe())

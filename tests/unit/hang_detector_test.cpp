@@ -262,6 +262,70 @@ TEST(HangDetectorTest, ARankMissingFromACollectiveIsBlamedOnlyOnceItStopsGoingTh
   EXPECT_THAT(v->first.summary, HasSubstr("rank 2 (host h2, pid 102, step 41, phase data) never entered all_reduce #57"));
 }
 
+/// The agent's sample of a rank's process: `written` bytes so far, `pid` 100 + rank.
+RankReport resources_of(int rank, uint64_t written) {
+  RankReport r;
+  r.rank = rank;
+  r.pid = 100 + rank;
+  r.resources_only = true;
+  r.resources = RankResources{};
+  r.resources->pid = 100 + rank;
+  r.resources->written_bytes = written;
+  return r;
+}
+
+// torch.save writes a tensor with the GIL held: a rank saving a big
+// checkpoint to slow storage sends no heartbeat, its last one saying
+// "checkpoint", while the others wait in a collective. Its process's writes go
+// on: not silent, and not stuck, until they stop.
+TEST(HangDetectorTest, ARankSavingACheckpointIsNeitherSilentNorStuckWhileItsWritesGoOn) {
+  Harness h(3);
+  const Duration writes_stop = seconds(20);
+  uint64_t written = 0;
+  auto v = h.run(seconds(60), [&](Duration t) {
+    for (int r : {0, 1}) h.detector.on_report(waiting_in(r, 41, 57, milliseconds(100) + t));
+    if (t == Duration::zero()) h.detector.on_report(idle_after(2, 41, 56, WorkerPhase::kCheckpoint));
+    if (t <= writes_stop) written += 64 << 20;   // the agent samples the process, heartbeats or not
+    h.detector.on_report(resources_of(2, written));
+  });
+  ASSERT_TRUE(v.has_value()) << "its writes stopped at 20 s";
+  EXPECT_GT(v->second, writes_stop + test_config().hang_timeout);
+  EXPECT_LE(v->second, writes_stop + test_config().hang_timeout + seconds(1));
+  EXPECT_EQ(v->first.kind, HangKind::kSilentRank);
+  EXPECT_EQ(v->first.culprits, std::vector<int>({2}));
+  EXPECT_THAT(v->first.summary, HasSubstr("rank 2 (host h2, pid 102, step 41, phase checkpoint) sent no heartbeat"));
+}
+
+// Writes count only in the checkpoint phase: a rank silent elsewhere is
+// silent whatever its process writes (a thread of it logging, say), and one
+// saving with heartbeats whose writes stopped is blamed as before.
+TEST(HangDetectorTest, WritesCountOnlyForARankInTheCheckpointPhase) {
+  {
+    Harness h(2);
+    uint64_t written = 0;
+    auto v = h.run(seconds(30), [&](Duration t) {
+      h.detector.on_report(waiting_in(0, 41, 57, milliseconds(100) + t));
+      if (t == Duration::zero()) h.detector.on_report(idle_after(1, 41, 56, WorkerPhase::kData));
+      h.detector.on_report(resources_of(1, written += 4096));
+    });
+    ASSERT_TRUE(v.has_value());
+    EXPECT_EQ(v->first.kind, HangKind::kSilentRank);
+    EXPECT_LE(v->second, test_config().hang_timeout + seconds(1));
+  }
+  {
+    Harness h(2);
+    auto v = h.run(seconds(30), [&](Duration t) {
+      h.detector.on_report(waiting_in(0, 41, 57, milliseconds(100) + t));
+      h.detector.on_report(idle_after(1, 41, 56, WorkerPhase::kCheckpoint));
+      h.detector.on_report(resources_of(1, 1 << 20));   // nothing written since the first sample
+    });
+    ASSERT_TRUE(v.has_value());
+    EXPECT_EQ(v->first.kind, HangKind::kStuckCollective);
+    EXPECT_EQ(v->first.culprits, std::vector<int>({1}));
+    EXPECT_LE(v->second, test_config().hang_timeout + seconds(1));
+  }
+}
+
 // The counter alone is no progress: a rank that goes through phases does not
 // hide that the others are stuck among themselves.
 TEST(HangDetectorTest, ARankGoingThroughItsPhasesDoesNotHideAStuckCollectiveItEntered) {

@@ -52,6 +52,11 @@ class FakeProc {
               " kB\nThreads:\t" + std::to_string(threads) + "\nvoluntary_ctxt_switches:\t" +
               std::to_string(voluntary) + "\nnonvoluntary_ctxt_switches:\t" + std::to_string(nonvoluntary) + "\n");
   }
+  void io(int pid, uint64_t wchar) {
+    write(root_ / std::to_string(pid) / "io", "rchar: 52428800\nwchar: " + std::to_string(wchar) +
+                                                 "\nsyscr: 1200\nsyscw: 340\nread_bytes: 4096\n"
+                                                 "write_bytes: 8192\ncancelled_write_bytes: 0\n");
+  }
   void remove(int pid) { fs::remove_all(root_ / std::to_string(pid)); }
 
  private:
@@ -75,6 +80,18 @@ TEST(ProcMetrics, ReadsMemoryThreadsAndContextSwitches) {
   EXPECT_EQ(s->threads, 9);
   EXPECT_EQ(s->voluntary_ctx_switches, 1500u);
   EXPECT_EQ(s->nonvoluntary_ctx_switches, 37u);
+}
+
+TEST(ProcMetrics, ReadsTheBytesTheProcessWroteFromItsIoFile) {
+  FakeProc proc;
+  FakeClock clock;
+  proc.process(42, 1, 100, 50, 90'000);
+  ProcSampler sampler(proc.root(), clock, kHz, kPage);
+  // No io file (another user's process, an old kernel): unknown, not 0.
+  ASSERT_TRUE(sampler.sample(42).has_value());
+  EXPECT_FALSE(sampler.sample(42)->written_bytes.has_value());
+  proc.io(42, 123'456'789'012);
+  EXPECT_EQ(sampler.sample(42)->written_bytes, 123'456'789'012u);  // wchar, not write_bytes
 }
 
 TEST(ProcMetrics, WithoutStatusFallsBackToStat) {

@@ -25,6 +25,7 @@ RankResources sample(int pid, double cpu, uint64_t rss) {
   r.threads = 3;
   r.voluntary_ctx_switches = 10;
   r.nonvoluntary_ctx_switches = 2;
+  r.written_bytes = 4096;
   return r;
 }
 
@@ -124,6 +125,7 @@ TEST(ResourceMetrics, SamplesRideWithHeartbeatsOrAloneForRanksWithout) {
   EXPECT_EQ(back[0].report.step, 7);
   ASSERT_TRUE(back[0].report.resources.has_value());
   EXPECT_EQ(back[0].report.resources->rss_bytes, 1u << 20);
+  EXPECT_EQ(back[0].report.resources->written_bytes, 4096u);
   EXPECT_TRUE(back[1].report.resources_only);
   EXPECT_EQ(back[1].report.node_rank, 1);
   EXPECT_EQ(back[1].report.host, "node-b");
@@ -147,6 +149,7 @@ TEST(ResourceMetrics, UnsetFiguresStayUnsetOnTheWire) {
   EXPECT_FALSE(back.cpu_percent.has_value());
   EXPECT_FALSE(back.rss_bytes.has_value());
   EXPECT_FALSE(back.threads.has_value());
+  EXPECT_FALSE(back.written_bytes.has_value());
 }
 
 TEST(ResourceMetrics, TheHealthViewKeepsSamplesWithoutMonitoringTheRank) {
@@ -208,7 +211,7 @@ TEST(ResourceMetrics, JsonFieldNames) {
   r.gpus = {a_gpu(3, 87.66)};
   const nlohmann::json j = resources_to_json(r, WallTime(std::chrono::seconds(1'800'000'000)));
   for (const char* key : {"pid", "age_s", "sampled_at", "process_gone", "cpu_percent", "rss_bytes", "threads",
-                          "voluntary_ctx_switches", "nonvoluntary_ctx_switches", "gpus"}) {
+                          "voluntary_ctx_switches", "nonvoluntary_ctx_switches", "written_bytes", "gpus"}) {
     EXPECT_TRUE(j.contains(key)) << key;
   }
   EXPECT_EQ(j["cpu_percent"], 12.3);

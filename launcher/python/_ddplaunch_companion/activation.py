@@ -67,6 +67,7 @@ def activate():
     agent.send_heartbeat(1.0)
 
     collectives.eager_sender = agent.eager
+    collectives.checkpoint_sender = agent.eager_waiting
     if agent.announcements is not None:
         collectives.announcer = agent.announcements.write
     torch_hooks.install()

@@ -25,6 +25,7 @@ COLLECTIVES = {
 }
 
 eager_sender = None   # set by activation: sends a heartbeat from the calling thread
+checkpoint_sender = None   # set by activation: the same, waiting a little for the channel
 announcer = None      # set by activation: announcements.Announcements.write
 _inside = set()       # threads inside a wrapped collective: nested calls count once
 _dtype_names = {}

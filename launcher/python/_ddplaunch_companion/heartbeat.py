@@ -50,6 +50,15 @@ class Agent(object):
         except Exception:
             pass
 
+    def eager_waiting(self):
+        """A heartbeat now, from any thread, waiting up to 50 ms for the
+        channel: for a heartbeat that must not be missed (the checkpoint
+        phase, before torch.save holds the GIL for long)."""
+        try:
+            self.send_heartbeat(0.05, lock_timeout=0.05)
+        except Exception:
+            pass
+
     def send(self, msg, wait=1.0):
         with self.channel.lock:
             if STATE.sending:

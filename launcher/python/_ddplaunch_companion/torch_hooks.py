@@ -32,12 +32,14 @@ def _torch_imported(torch):
 
 # ------------------------------------------------------------------ phases
 
-def _phase_wrapper(phase, after=None, nested_passes=False):
+def _phase_wrapper(phase, after=None, nested_passes=False, tell_at_once=False):
     """A wrapper that marks `phase` while the original runs, then calls
     after(args) once the outermost call returned (a step was done). With
     nested_passes, a call inside the phase (a subclass's step calling
-    super().step()) runs unmarked. The opening is inlined: this runs several
-    times a step, and every Python call costs the step microseconds."""
+    super().step()) runs unmarked. With tell_at_once, the outermost call
+    sends a heartbeat as it opens the phase. The opening is inlined: this
+    runs several times a step, and every Python call costs the step
+    microseconds."""
     S = STATE
     stack = S.stack
     opens = phase.opens
@@ -61,6 +63,8 @@ def _phase_wrapper(phase, after=None, nested_passes=False):
                 S.open_depth += 1
             phase.depth += 1
             stack.append(phase)
+            if tell_at_once and phase.depth == 1 and collectives.checkpoint_sender is not None:
+                collectives.checkpoint_sender()
             try:
                 result = fn(*args, **kwargs)
             finally:
@@ -76,7 +80,10 @@ def _patch_torch(torch):
     # Tensor.backward calls torch.autograd.backward through the module, so
     # wrapping the latter covers both (one wrapper per step, not two).
     wrapping.replace(torch.autograd, "backward", _phase_wrapper(BACKWARD))
-    save = wrapping.replace(torch, "save", _phase_wrapper(CHECKPOINT))
+    # torch.save writes each tensor with the GIL held: no heartbeat leaves
+    # while it writes a big one. The agent must know the rank saves before
+    # that (it then counts the process's writes as progress).
+    save = wrapping.replace(torch, "save", _phase_wrapper(CHECKPOINT, tell_at_once=True))
     serialization = sys.modules.get("torch.serialization")
     if save is not None and getattr(serialization, "save", None) is save.__wrapped__:
         serialization.save = save

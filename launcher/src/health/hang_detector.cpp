@@ -99,6 +99,10 @@ void HangDetector::on_report(RankReport report, Duration age) {
     // not), and the last one of an exited rank is worth keeping.
     const SteadyTime taken = clock_.now() - std::max(report.resources->age, Duration::zero());
     if (!st.resources || taken >= st.resources_at) {
+      if (st.resources && st.resources->pid == report.resources->pid && st.resources->written_bytes &&
+          report.resources->written_bytes && *report.resources->written_bytes > *st.resources->written_bytes) {
+        st.wrote_at = taken;
+      }
       st.resources = std::make_shared<const RankResources>(std::move(*report.resources));
       st.resources_at = taken;
       st.history.add(taken, *st.resources);
@@ -328,7 +332,7 @@ std::optional<HangVerdict> HangDetector::silent_verdict(SteadyTime now) const {
     const RankState& st = ranks_[i];
     if (!st.monitored || st.exited) continue;
     const Duration quiet = now - st.received_at;
-    if (quiet > config_.hang_timeout) {
+    if (quiet > config_.hang_timeout && !saving(static_cast<int>(i), now)) {
       silent.push_back(static_cast<int>(i));
       longest = std::max(longest, quiet);
     }
@@ -473,7 +477,14 @@ std::optional<HangVerdict> HangDetector::stuck_verdict(SteadyTime now) const {
 
 bool HangDetector::working(int rank, SteadyTime now) const {
   const RankState& st = ranks_[static_cast<size_t>(rank)];
-  return !st.exited && st.active_at != SteadyTime{} && now - st.active_at <= config_.hang_timeout;
+  if (st.exited) return false;
+  return (st.active_at != SteadyTime{} && now - st.active_at <= config_.hang_timeout) || saving(rank, now);
+}
+
+bool HangDetector::saving(int rank, SteadyTime now) const {
+  const RankState& st = ranks_[static_cast<size_t>(rank)];
+  return !st.exited && st.monitored && st.report->phase == WorkerPhase::kCheckpoint &&
+         st.wrote_at != SteadyTime{} && now - st.wrote_at <= config_.hang_timeout;
 }
 
 std::optional<HangVerdict> HangDetector::subgroup_verdict(const std::vector<int>& among, SteadyTime now,

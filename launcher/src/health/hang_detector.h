@@ -161,6 +161,7 @@ class HangDetector {
     std::shared_ptr<const RankReport> report = std::make_shared<const RankReport>();
     SteadyTime received_at{};  // when the report was made (arrival - age)
     SteadyTime active_at{};    // the report where its activity last changed; {}: never seen to
+    SteadyTime wrote_at{};     // the resource sample where its process's written bytes last grew; {}: never
     // The agent's latest sample, heartbeats or not; shared and replaced as `report`.
     std::shared_ptr<const RankResources> resources;
     SteadyTime resources_at{};               // when it was taken (arrival - its age)
@@ -195,6 +196,12 @@ class HangDetector {
   /// timeout (RankReport::activity changed): it works toward whatever it
   /// has not reached yet, if slowly, and a stuck verdict does not blame it.
   bool working(int rank, SteadyTime now) const;
+  /// Whether the rank's last report is of the checkpoint phase and its
+  /// process wrote within the hang timeout (the agent's resource samples):
+  /// it saves, if slowly. torch.save writes a tensor with the GIL held, so
+  /// a Python rank saving a big checkpoint sends no heartbeat meanwhile; it
+  /// is neither silent nor stuck while its writes go on.
+  bool saving(int rank, SteadyTime now) const;
   /// The verdict where a rank in `among` waits in a subgroup collective that
   /// a member never entered (subgroup_waits.h); `then` ends its summary.
   std::optional<HangVerdict> subgroup_verdict(const std::vector<int>& among, SteadyTime now,

@@ -110,6 +110,8 @@ std::optional<ProcessSample> ProcSampler::sample(int pid) {
     s.voluntary_ctx_switches = status_value(*status, "voluntary_ctxt_switches");
     s.nonvoluntary_ctx_switches = status_value(*status, "nonvoluntary_ctxt_switches");
   }
+  // Readable by the process's parent (the agent); the same "name: value" lines.
+  if (const auto io = read_file(dir + "/io")) s.written_bytes = status_value(*io, "wchar");
 
   const SteadyTime now = clock_.now();
   const double hz = static_cast<double>(hz_);

@@ -1,6 +1,6 @@
 #pragma once
-// ProcSampler: one process's CPU use, memory, threads and context switches,
-// read from /proc/PID/stat and /proc/PID/status.
+// ProcSampler: one process's CPU use, memory, threads, context switches and
+// bytes written, read from /proc/PID/stat, /proc/PID/status and /proc/PID/io.
 //
 // CPU% is the process's utime+stime (its own threads; children it waited
 // for are not counted) over the time between two samples of the same pid,
@@ -41,6 +41,10 @@ struct ProcessSample {
   std::optional<int> threads;
   std::optional<uint64_t> voluntary_ctx_switches;
   std::optional<uint64_t> nonvoluntary_ctx_switches;
+  // Bytes it passed to write() and the like since it started, to files and
+  // pipes (/proc/PID/io "wchar"; not socket sends): what tells a rank that
+  // writes a checkpoint from one that stands still.
+  std::optional<uint64_t> written_bytes;
 };
 
 class ProcSampler {

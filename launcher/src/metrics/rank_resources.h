@@ -47,6 +47,7 @@ struct RankResources {
   std::optional<int> threads;
   std::optional<uint64_t> voluntary_ctx_switches;     // since the process started
   std::optional<uint64_t> nonvoluntary_ctx_switches;
+  std::optional<uint64_t> written_bytes;  // to files and pipes since the process started (/proc/PID/io wchar)
   std::vector<GpuResources> gpus;  // the GPUs the rank's process (or a descendant) uses, by index
 };
 

@@ -50,6 +50,7 @@ std::map<int, RankResources> ResourceMonitor::sample(const std::map<int, int>& p
     r.threads = p->threads;
     r.voluntary_ctx_switches = p->voluntary_ctx_switches;
     r.nonvoluntary_ctx_switches = p->nonvoluntary_ctx_switches;
+    r.written_bytes = p->written_bytes;
   }
   proc_.forget_others(pids);
 

@@ -36,6 +36,7 @@ inline void to_proto(int rank, const RankResources& r, ::ddplaunch::v1::RankReso
   if (r.threads) out.set_threads(*r.threads);
   if (r.voluntary_ctx_switches) out.set_voluntary_ctx_switches(*r.voluntary_ctx_switches);
   if (r.nonvoluntary_ctx_switches) out.set_nonvoluntary_ctx_switches(*r.nonvoluntary_ctx_switches);
+  if (r.written_bytes) out.set_written_bytes(*r.written_bytes);
   for (const GpuResources& g : r.gpus) {
     auto* o = out.add_gpus();
     o->set_index(g.index);
@@ -64,6 +65,7 @@ inline RankResources from_proto(const ::ddplaunch::v1::RankResources& in) {
   if (in.has_threads()) r.threads = in.threads();
   if (in.has_voluntary_ctx_switches()) r.voluntary_ctx_switches = in.voluntary_ctx_switches();
   if (in.has_nonvoluntary_ctx_switches()) r.nonvoluntary_ctx_switches = in.nonvoluntary_ctx_switches();
+  if (in.has_written_bytes()) r.written_bytes = in.written_bytes();
   for (int i = 0; i < std::min(in.gpus_size(), kMaxGpusPerRank); ++i) {
     const auto& o = in.gpus(i);
     GpuResources g;

@@ -32,6 +32,13 @@ and all-reduces the loss for logging.
                     under no_grad: no step, no collective) for --eval-seconds, the rank
                     for twice as long while the others wait in the all_reduce of the
                     result; then the run ends: slow work, not a hang
+      slow-save     at STEP the rank saves the model and 192 tensors of 64 KB with torch.save
+                    into a pipe (a FIFO) that a helper process drains in 64 KB reads spread
+                    over --save-seconds, as a big checkpoint written to slow storage: torch
+                    writes each tensor with the GIL held, one write() each; the others
+                    wait in a barrier, then the run ends: slow work, not a hang
+      stalled-save  as slow-save, but the helper stops reading after 1 MB: the write
+                    blocks for good, as on a storage server that stopped answering
   --ddp-groups      DDP runs on data-parallel groups instead of the default one: ranks 0
                     and 1 share one (dist.new_group([0, 1]), passed as process_group=),
                     every other rank has its own; the loss all_reduce stays on all ranks
@@ -40,6 +47,7 @@ and all-reduces the loss for logging.
   --workers N       DataLoader workers (default 0; loader-crash and loader-segfault use 1)
   --worker-start M  how the DataLoader starts its workers: fork (default), spawn, forkserver
   --eval-seconds S  long-eval's evaluation pass (default 8)
+  --save-seconds S  how long slow-save's write takes (default 8)
 
 Just before the trouble the rank prints to stderr, flushed:
   torch_ddp_trouble: KIND at step N (rank R)
@@ -58,7 +66,7 @@ import torch.nn as nn
 from torch.utils.data import DataLoader, Dataset
 
 TROUBLES = ("data-hang", "skip", "size", "raise", "segfault", "gil-hang", "loader-crash", "loader-segfault",
-            "subgroup-skip", "subgroup-size", "subgroup-dtype", "long-eval")
+            "subgroup-skip", "subgroup-size", "subgroup-dtype", "long-eval", "slow-save", "stalled-save")
 SUBGROUP_TROUBLES = ("subgroup-skip", "subgroup-size", "subgroup-dtype")
 
 
@@ -119,6 +127,43 @@ def evaluate(model, seconds):
     dist.all_reduce(total)
 
 
+SAVE_BYTES = 12 << 20
+DRAIN = """
+import os, sys, time
+fifo, total, seconds, limit = sys.argv[1], int(sys.argv[2]), float(sys.argv[3]), int(sys.argv[4])
+chunk = 64 << 10
+pause = seconds / (total / chunk)
+got = 0
+with open(fifo, "rb", buffering=0) as f:
+    while True:
+        if limit and got >= limit:
+            time.sleep(3600)
+        data = f.read(chunk)
+        if not data:
+            break
+        got += len(data)
+        time.sleep(pause)
+"""
+
+
+def save_slowly(model, seconds, stall):
+    """torch.save into a FIFO a helper drains slowly (or stops draining)."""
+    import subprocess
+    import tempfile
+    folder = tempfile.mkdtemp(prefix="ddpt-save-")
+    fifo = os.path.join(folder, "checkpoint.pt")
+    os.mkfifo(fifo)
+    limit = (1 << 20) if stall else 0
+    drain = subprocess.Popen([sys.executable, "-c", DRAIN, fifo, str(SAVE_BYTES), str(seconds), str(limit)])
+    try:
+        chunks = [torch.zeros(16 << 10) for _ in range(SAVE_BYTES // (64 << 10))]
+        torch.save({"model": model.state_dict(), "extra": chunks}, fifo)
+    finally:
+        drain.wait()
+        os.unlink(fifo)
+        os.rmdir(folder)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--trouble", default=None)
@@ -128,6 +173,7 @@ def main():
     ap.add_argument("--worker-start", choices=("fork", "spawn", "forkserver"), default="fork")
     ap.add_argument("--ddp-groups", action="store_true")
     ap.add_argument("--eval-seconds", type=float, default=8.0)
+    ap.add_argument("--save-seconds", type=float, default=8.0)
     args = ap.parse_args()
     kind, at, who = parse_trouble(args.trouble) if args.trouble else (None, -1, -1)
 
@@ -173,6 +219,12 @@ def main():
             if mine:
                 announce(kind, step, rank)
             evaluate(model, args.eval_seconds * (2 if mine else 1))
+            break
+        if kind in ("slow-save", "stalled-save") and step == at:
+            if mine:
+                announce(kind, step, rank)
+                save_slowly(model, args.save_seconds, kind == "stalled-save")
+            dist.barrier()
             break
         opt.zero_grad()
         loss = loss_fn(model(x), y)
