@@ -262,8 +262,9 @@ TEST(HangDetectorTest, ARankMissingFromACollectiveIsBlamedOnlyOnceItStopsGoingTh
   EXPECT_THAT(v->first.summary, HasSubstr("rank 2 (host h2, pid 102, step 41, phase data) never entered all_reduce #57"));
 }
 
-/// The agent's sample of a rank's process: `written` bytes so far, `pid` 100 + rank.
-RankReport resources_of(int rank, uint64_t written) {
+/// The agent's sample of a rank's process: `written` bytes so far (wchar),
+/// `dirtied` (write_bytes), `pid` 100 + rank.
+RankReport resources_of(int rank, uint64_t written, uint64_t dirtied = 0) {
   RankReport r;
   r.rank = rank;
   r.pid = 100 + rank;
@@ -271,6 +272,7 @@ RankReport resources_of(int rank, uint64_t written) {
   r.resources = RankResources{};
   r.resources->pid = 100 + rank;
   r.resources->written_bytes = written;
+  r.resources->dirtied_bytes = dirtied;
   return r;
 }
 
@@ -294,6 +296,38 @@ TEST(HangDetectorTest, ARankSavingACheckpointIsNeitherSilentNorStuckWhileItsWrit
   EXPECT_EQ(v->first.kind, HangKind::kSilentRank);
   EXPECT_EQ(v->first.culprits, std::vector<int>({2}));
   EXPECT_THAT(v->first.summary, HasSubstr("rank 2 (host h2, pid 102, step 41, phase checkpoint) sent no heartbeat"));
+}
+
+// One write() of a big tensor into the page cache moves wchar only when it
+// returns (2 GiB at most at once); the pages it dirties count as it goes.
+TEST(HangDetectorTest, PagesDirtiedCountAsWritesWhileOneBigWriteGoesOn) {
+  Harness h(2);
+  uint64_t dirtied = 0;
+  auto v = h.run(seconds(12), [&](Duration t) {
+    h.detector.on_report(waiting_in(0, 41, 57, milliseconds(100) + t));
+    if (t == Duration::zero()) h.detector.on_report(idle_after(1, 41, 56, WorkerPhase::kCheckpoint));
+    h.detector.on_report(resources_of(1, 2048, dirtied += 512 << 20));
+  });
+  EXPECT_FALSE(v.has_value()) << v->first.summary;
+}
+
+// torch.save checksums a big tensor before it writes a byte of it: seconds
+// of CPU and no write. A process that neither writes nor computes (blocked on
+// storage) is not saving.
+TEST(HangDetectorTest, AProcessBusyOnACoreCountsAsSavingWithoutWrites) {
+  Harness h(2);
+  const Duration busy_until = seconds(8);
+  auto v = h.run(seconds(30), [&](Duration t) {
+    h.detector.on_report(waiting_in(0, 41, 57, milliseconds(100) + t));
+    if (t == Duration::zero()) h.detector.on_report(idle_after(1, 41, 56, WorkerPhase::kCheckpoint));
+    RankReport sample = resources_of(1, 2048);
+    sample.resources->cpu_percent = t <= busy_until ? 99.5 : 0.5;
+    h.detector.on_report(sample);
+  });
+  ASSERT_TRUE(v.has_value());
+  EXPECT_EQ(v->first.kind, HangKind::kSilentRank);
+  EXPECT_GT(v->second, busy_until + test_config().hang_timeout);
+  EXPECT_LE(v->second, busy_until + test_config().hang_timeout + seconds(1));
 }
 
 // Writes count only in the checkpoint phase: a rank silent elsewhere is

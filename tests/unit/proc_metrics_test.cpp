@@ -91,7 +91,9 @@ TEST(ProcMetrics, ReadsTheBytesTheProcessWroteFromItsIoFile) {
   ASSERT_TRUE(sampler.sample(42).has_value());
   EXPECT_FALSE(sampler.sample(42)->written_bytes.has_value());
   proc.io(42, 123'456'789'012);
-  EXPECT_EQ(sampler.sample(42)->written_bytes, 123'456'789'012u);  // wchar, not write_bytes
+  const auto s = sampler.sample(42);
+  EXPECT_EQ(s->written_bytes, 123'456'789'012u);  // wchar
+  EXPECT_EQ(s->dirtied_bytes, 8192u);            // write_bytes
 }
 
 TEST(ProcMetrics, WithoutStatusFallsBackToStat) {

@@ -26,6 +26,7 @@ RankResources sample(int pid, double cpu, uint64_t rss) {
   r.voluntary_ctx_switches = 10;
   r.nonvoluntary_ctx_switches = 2;
   r.written_bytes = 4096;
+  r.dirtied_bytes = 1024;
   return r;
 }
 
@@ -126,6 +127,7 @@ TEST(ResourceMetrics, SamplesRideWithHeartbeatsOrAloneForRanksWithout) {
   ASSERT_TRUE(back[0].report.resources.has_value());
   EXPECT_EQ(back[0].report.resources->rss_bytes, 1u << 20);
   EXPECT_EQ(back[0].report.resources->written_bytes, 4096u);
+  EXPECT_EQ(back[0].report.resources->dirtied_bytes, 1024u);
   EXPECT_TRUE(back[1].report.resources_only);
   EXPECT_EQ(back[1].report.node_rank, 1);
   EXPECT_EQ(back[1].report.host, "node-b");
@@ -150,6 +152,7 @@ TEST(ResourceMetrics, UnsetFiguresStayUnsetOnTheWire) {
   EXPECT_FALSE(back.rss_bytes.has_value());
   EXPECT_FALSE(back.threads.has_value());
   EXPECT_FALSE(back.written_bytes.has_value());
+  EXPECT_FALSE(back.dirtied_bytes.has_value());
 }
 
 TEST(ResourceMetrics, TheHealthViewKeepsSamplesWithoutMonitoringTheRank) {
@@ -211,7 +214,7 @@ TEST(ResourceMetrics, JsonFieldNames) {
   r.gpus = {a_gpu(3, 87.66)};
   const nlohmann::json j = resources_to_json(r, WallTime(std::chrono::seconds(1'800'000'000)));
   for (const char* key : {"pid", "age_s", "sampled_at", "process_gone", "cpu_percent", "rss_bytes", "threads",
-                          "voluntary_ctx_switches", "nonvoluntary_ctx_switches", "written_bytes", "gpus"}) {
+                          "voluntary_ctx_switches", "nonvoluntary_ctx_switches", "written_bytes", "dirtied_bytes", "gpus"}) {
     EXPECT_TRUE(j.contains(key)) << key;
   }
   EXPECT_EQ(j["cpu_percent"], 12.3);

@@ -73,6 +73,20 @@ HangConfig with_phase_interval(HangConfig c) {
   c.trouble.phase_interval = c.heartbeat_interval / 2;
   return c;
 }
+
+/// Half a core: a process above it computes (torch.save checksums a tensor
+/// before it writes it, seconds for a big one); one blocked on storage sits
+/// near 0.
+constexpr double kBusyCpuPercent = 50;
+
+/// Whether the process wrote between two samples of it: either count grew
+/// (rank_resources.h; each misses some writes the other sees).
+bool wrote_since(const RankResources& before, const RankResources& after) {
+  const auto grew = [](const std::optional<uint64_t>& a, const std::optional<uint64_t>& b) {
+    return a && b && *b > *a;
+  };
+  return grew(before.written_bytes, after.written_bytes) || grew(before.dirtied_bytes, after.dirtied_bytes);
+}
 }  // namespace
 
 HangDetector::HangDetector(HangConfig config, int world_size, const Clock& clock)
@@ -99,9 +113,10 @@ void HangDetector::on_report(RankReport report, Duration age) {
     // not), and the last one of an exited rank is worth keeping.
     const SteadyTime taken = clock_.now() - std::max(report.resources->age, Duration::zero());
     if (!st.resources || taken >= st.resources_at) {
-      if (st.resources && st.resources->pid == report.resources->pid && st.resources->written_bytes &&
-          report.resources->written_bytes && *report.resources->written_bytes > *st.resources->written_bytes) {
-        st.wrote_at = taken;
+      const RankResources& now_seen = *report.resources;
+      if ((st.resources && st.resources->pid == now_seen.pid && wrote_since(*st.resources, now_seen)) ||
+          now_seen.cpu_percent.value_or(0) >= kBusyCpuPercent) {
+        st.saving_at = taken;
       }
       st.resources = std::make_shared<const RankResources>(std::move(*report.resources));
       st.resources_at = taken;
@@ -484,7 +499,7 @@ bool HangDetector::working(int rank, SteadyTime now) const {
 bool HangDetector::saving(int rank, SteadyTime now) const {
   const RankState& st = ranks_[static_cast<size_t>(rank)];
   return !st.exited && st.monitored && st.report->phase == WorkerPhase::kCheckpoint &&
-         st.wrote_at != SteadyTime{} && now - st.wrote_at <= config_.hang_timeout;
+         st.saving_at != SteadyTime{} && now - st.saving_at <= config_.hang_timeout;
 }
 
 std::optional<HangVerdict> HangDetector::subgroup_verdict(const std::vector<int>& among, SteadyTime now,

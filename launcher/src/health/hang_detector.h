@@ -161,7 +161,9 @@ class HangDetector {
     std::shared_ptr<const RankReport> report = std::make_shared<const RankReport>();
     SteadyTime received_at{};  // when the report was made (arrival - age)
     SteadyTime active_at{};    // the report where its activity last changed; {}: never seen to
-    SteadyTime wrote_at{};     // the resource sample where its process's written bytes last grew; {}: never
+    // The resource sample where its process last wrote or kept half a core
+    // busy (saving()); {}: never.
+    SteadyTime saving_at{};
     // The agent's latest sample, heartbeats or not; shared and replaced as `report`.
     std::shared_ptr<const RankResources> resources;
     SteadyTime resources_at{};               // when it was taken (arrival - its age)
@@ -197,7 +199,10 @@ class HangDetector {
   /// has not reached yet, if slowly, and a stuck verdict does not blame it.
   bool working(int rank, SteadyTime now) const;
   /// Whether the rank's last report is of the checkpoint phase and its
-  /// process wrote within the hang timeout (the agent's resource samples):
+  /// process wrote (bytes written or page cache dirtied, rank_resources.h)
+  /// or kept half a core busy (serializing, checksumming) within the hang
+  /// timeout, by the agent's resource samples; a write stuck on storage
+  /// does neither:
   /// it saves, if slowly. torch.save writes a tensor with the GIL held, so
   /// a Python rank saving a big checkpoint sends no heartbeat meanwhile; it
   /// is neither silent nor stuck while its writes go on.

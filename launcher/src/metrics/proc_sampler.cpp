@@ -111,7 +111,10 @@ std::optional<ProcessSample> ProcSampler::sample(int pid) {
     s.nonvoluntary_ctx_switches = status_value(*status, "nonvoluntary_ctxt_switches");
   }
   // Readable by the process's parent (the agent); the same "name: value" lines.
-  if (const auto io = read_file(dir + "/io")) s.written_bytes = status_value(*io, "wchar");
+  if (const auto io = read_file(dir + "/io")) {
+    s.written_bytes = status_value(*io, "wchar");
+    s.dirtied_bytes = status_value(*io, "write_bytes");
+  }
 
   const SteadyTime now = clock_.now();
   const double hz = static_cast<double>(hz_);

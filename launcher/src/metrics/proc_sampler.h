@@ -41,10 +41,14 @@ struct ProcessSample {
   std::optional<int> threads;
   std::optional<uint64_t> voluntary_ctx_switches;
   std::optional<uint64_t> nonvoluntary_ctx_switches;
-  // Bytes it passed to write() and the like since it started, to files and
-  // pipes (/proc/PID/io "wchar"; not socket sends): what tells a rank that
-  // writes a checkpoint from one that stands still.
+  // What tells a rank that writes a checkpoint from one that stands still
+  // (/proc/PID/io). written_bytes ("wchar"): bytes passed to write() and the
+  // like, to files and pipes (not socket sends), counted as each call
+  // returns: one write() of a big tensor into the page cache moves it by up
+  // to 2 GiB at once. dirtied_bytes ("write_bytes"): bytes it dirtied in the
+  // page cache for storage, counted page by page as a write goes on.
   std::optional<uint64_t> written_bytes;
+  std::optional<uint64_t> dirtied_bytes;
 };
 
 class ProcSampler {

@@ -48,6 +48,7 @@ struct RankResources {
   std::optional<uint64_t> voluntary_ctx_switches;     // since the process started
   std::optional<uint64_t> nonvoluntary_ctx_switches;
   std::optional<uint64_t> written_bytes;  // to files and pipes since the process started (/proc/PID/io wchar)
+  std::optional<uint64_t> dirtied_bytes;  // page cache it dirtied for storage, page by page (write_bytes)
   std::vector<GpuResources> gpus;  // the GPUs the rank's process (or a descendant) uses, by index
 };
 

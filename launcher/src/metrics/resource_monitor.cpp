@@ -51,6 +51,7 @@ std::map<int, RankResources> ResourceMonitor::sample(const std::map<int, int>& p
     r.voluntary_ctx_switches = p->voluntary_ctx_switches;
     r.nonvoluntary_ctx_switches = p->nonvoluntary_ctx_switches;
     r.written_bytes = p->written_bytes;
+    r.dirtied_bytes = p->dirtied_bytes;
   }
   proc_.forget_others(pids);
 

@@ -31,6 +31,7 @@ nlohmann::json resources_to_json(const RankResources& r, WallTime now) {
   put(j, "voluntary_ctx_switches", r.voluntary_ctx_switches);
   put(j, "nonvoluntary_ctx_switches", r.nonvoluntary_ctx_switches);
   put(j, "written_bytes", r.written_bytes);
+  put(j, "dirtied_bytes", r.dirtied_bytes);
   nlohmann::json gpus = nlohmann::json::array();
   for (const GpuResources& g : r.gpus) {
     nlohmann::json o;

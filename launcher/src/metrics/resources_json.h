@@ -6,7 +6,7 @@
 //
 //   {"pid", "age_s", "sampled_at" (ISO-8601 UTC), "process_gone",
 //    "cpu_percent", "rss_bytes", "threads", "voluntary_ctx_switches",
-//    "nonvoluntary_ctx_switches", "written_bytes",
+//    "nonvoluntary_ctx_switches", "written_bytes", "dirtied_bytes",
 //    "gpus": [{"index", "uuid", "util_percent", "mem_used_bytes",
 //              "mem_total_bytes", "rank_mem_bytes", "temperature_c",
 //              "power_w", "sm_clock_mhz", "throttle_reasons": [...],

@@ -37,6 +37,7 @@ inline void to_proto(int rank, const RankResources& r, ::ddplaunch::v1::RankReso
   if (r.voluntary_ctx_switches) out.set_voluntary_ctx_switches(*r.voluntary_ctx_switches);
   if (r.nonvoluntary_ctx_switches) out.set_nonvoluntary_ctx_switches(*r.nonvoluntary_ctx_switches);
   if (r.written_bytes) out.set_written_bytes(*r.written_bytes);
+  if (r.dirtied_bytes) out.set_dirtied_bytes(*r.dirtied_bytes);
   for (const GpuResources& g : r.gpus) {
     auto* o = out.add_gpus();
     o->set_index(g.index);
@@ -66,6 +67,7 @@ inline RankResources from_proto(const ::ddplaunch::v1::RankResources& in) {
   if (in.has_voluntary_ctx_switches()) r.voluntary_ctx_switches = in.voluntary_ctx_switches();
   if (in.has_nonvoluntary_ctx_switches()) r.nonvoluntary_ctx_switches = in.nonvoluntary_ctx_switches();
   if (in.has_written_bytes()) r.written_bytes = in.written_bytes();
+  if (in.has_dirtied_bytes()) r.dirtied_bytes = in.dirtied_bytes();
   for (int i = 0; i < std::min(in.gpus_size(), kMaxGpusPerRank); ++i) {
     const auto& o = in.gpus(i);
     GpuResources g;
