@@ -198,14 +198,13 @@ class HangDetector {
   /// timeout (RankReport::activity changed): it works toward whatever it
   /// has not reached yet, if slowly, and a stuck verdict does not blame it.
   bool working(int rank, SteadyTime now) const;
-  /// Whether the rank's last report is of the checkpoint phase and its
-  /// process wrote (bytes written or page cache dirtied, rank_resources.h)
-  /// or kept half a core busy (serializing, checksumming) within the hang
-  /// timeout, by the agent's resource samples; a write stuck on storage
-  /// does neither:
-  /// it saves, if slowly. torch.save writes a tensor with the GIL held, so
-  /// a Python rank saving a big checkpoint sends no heartbeat meanwhile; it
-  /// is neither silent nor stuck while its writes go on.
+  /// Whether the rank saves, if slowly: its last report is of the checkpoint
+  /// phase, and within the hang timeout its process wrote (bytes written or
+  /// page cache dirtied, rank_resources.h) or kept half a core busy
+  /// (serializing, checksumming), by the agent's resource samples. A write
+  /// stuck on storage does neither. torch.save writes a tensor with the GIL
+  /// held, so a Python rank saving a big checkpoint sends no heartbeat
+  /// meanwhile: while it saves it is neither silent nor stuck.
   bool saving(int rank, SteadyTime now) const;
   /// The verdict where a rank in `among` waits in a subgroup collective that
   /// a member never entered (subgroup_waits.h); `then` ends its summary.
