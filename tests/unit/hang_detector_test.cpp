@@ -298,16 +298,25 @@ TEST(HangDetectorTest, ARankSavingACheckpointIsNeitherSilentNorStuckWhileItsWrit
   EXPECT_THAT(v->first.summary, HasSubstr("rank 2 (host h2, pid 102, step 41, phase checkpoint) sent no heartbeat"));
 }
 
+/// Rank 0 waits in #57; rank 1 last reported at t = 0 in `phase`, outside
+/// it; then the agent's sample of rank 1's process every second,
+/// `sample_at(t)`. The first verdict within `limit`, if any.
+std::optional<std::pair<HangVerdict, Duration>> one_waits_one_sampled(Harness& h, WorkerPhase phase, Duration limit,
+                                                                      const std::function<RankReport(Duration)>& sample_at) {
+  return h.run(limit, [&](Duration t) {
+    h.detector.on_report(waiting_in(0, 41, 57, milliseconds(100) + t));
+    if (t == Duration::zero()) h.detector.on_report(idle_after(1, 41, 56, phase));
+    h.detector.on_report(sample_at(t));
+  });
+}
+
 // One write() of a big tensor into the page cache moves wchar only when it
 // returns (2 GiB at most at once); the pages it dirties count as it goes.
 TEST(HangDetectorTest, PagesDirtiedCountAsWritesWhileOneBigWriteGoesOn) {
   Harness h(2);
   uint64_t dirtied = 0;
-  auto v = h.run(seconds(12), [&](Duration t) {
-    h.detector.on_report(waiting_in(0, 41, 57, milliseconds(100) + t));
-    if (t == Duration::zero()) h.detector.on_report(idle_after(1, 41, 56, WorkerPhase::kCheckpoint));
-    h.detector.on_report(resources_of(1, 2048, dirtied += 512 << 20));
-  });
+  auto v = one_waits_one_sampled(h, WorkerPhase::kCheckpoint, seconds(12),
+                                 [&](Duration) { return resources_of(1, 2048, dirtied += 512 << 20); });
   EXPECT_FALSE(v.has_value()) << v->first.summary;
 }
 
@@ -317,12 +326,10 @@ TEST(HangDetectorTest, PagesDirtiedCountAsWritesWhileOneBigWriteGoesOn) {
 TEST(HangDetectorTest, AProcessBusyOnACoreCountsAsSavingWithoutWrites) {
   Harness h(2);
   const Duration busy_until = seconds(8);
-  auto v = h.run(seconds(30), [&](Duration t) {
-    h.detector.on_report(waiting_in(0, 41, 57, milliseconds(100) + t));
-    if (t == Duration::zero()) h.detector.on_report(idle_after(1, 41, 56, WorkerPhase::kCheckpoint));
+  auto v = one_waits_one_sampled(h, WorkerPhase::kCheckpoint, seconds(30), [&](Duration t) {
     RankReport sample = resources_of(1, 2048);
     sample.resources->cpu_percent = t <= busy_until ? 99.5 : 0.5;
-    h.detector.on_report(sample);
+    return sample;
   });
   ASSERT_TRUE(v.has_value());
   EXPECT_EQ(v->first.kind, HangKind::kSilentRank);
@@ -337,11 +344,8 @@ TEST(HangDetectorTest, WritesCountOnlyForARankInTheCheckpointPhase) {
   {
     Harness h(2);
     uint64_t written = 0;
-    auto v = h.run(seconds(30), [&](Duration t) {
-      h.detector.on_report(waiting_in(0, 41, 57, milliseconds(100) + t));
-      if (t == Duration::zero()) h.detector.on_report(idle_after(1, 41, 56, WorkerPhase::kData));
-      h.detector.on_report(resources_of(1, written += 4096));
-    });
+    auto v = one_waits_one_sampled(h, WorkerPhase::kData, seconds(30),
+                                   [&](Duration) { return resources_of(1, written += 4096); });
     ASSERT_TRUE(v.has_value());
     EXPECT_EQ(v->first.kind, HangKind::kSilentRank);
     EXPECT_LE(v->second, test_config().hang_timeout + seconds(1));
