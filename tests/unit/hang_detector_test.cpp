@@ -301,8 +301,8 @@ TEST(HangDetectorTest, ARankSavingACheckpointIsNeitherSilentNorStuckWhileItsWrit
 /// Rank 0 waits in #57; rank 1 last reported at t = 0 in `phase`, outside
 /// it; then the agent's sample of rank 1's process every second,
 /// `sample_at(t)`. The first verdict within `limit`, if any.
-std::optional<std::pair<HangVerdict, Duration>> one_waits_one_sampled(Harness& h, WorkerPhase phase, Duration limit,
-                                                                      const std::function<RankReport(Duration)>& sample_at) {
+std::optional<std::pair<HangVerdict, Duration>> one_waits_one_sampled(
+    Harness& h, WorkerPhase phase, Duration limit, const std::function<RankReport(Duration)>& sample_at) {
   return h.run(limit, [&](Duration t) {
     h.detector.on_report(waiting_in(0, 41, 57, milliseconds(100) + t));
     if (t == Duration::zero()) h.detector.on_report(idle_after(1, 41, 56, phase));
