@@ -112,6 +112,31 @@ TEST(SubgroupHangTest, TheMemberThatSkippedTheSubgroupCollectiveIsBlamed) {
   EXPECT_EQ(verdict.details["ranks"][0]["subgroups"][0]["last_completed"], 4);
 }
 
+TEST(SubgroupHangTest, AMemberMissingFromTheSubgroupCollectiveThatStillWorksIsBlamedOnlyOnceItStops) {
+  // Group "1" of ranks 0 and 1. Rank 0 waits in the group's all_reduce #5,
+  // rank 2 in the default group's #21. Rank 1 entered neither: it goes
+  // through its phases (a longer evaluation shard) until 10 s, then stops.
+  FakeClock clock;
+  HangDetector d(config(), 3, clock);
+  const auto v = run(d, clock, seconds(30), [&](int64_t s) {
+    const Duration age = seconds(s) + milliseconds(300);
+    d.on_report(rank_report(0, 20, WorkerPhase::kCollective, "1", {0, 1}, 5, true, age));
+    RankReport evaluating = rank_report(1, 20, WorkerPhase::kForward, "1", {0, 1}, 4, false);
+    evaluating.activity = static_cast<uint64_t>(std::min<int64_t>(s, 10));
+    d.on_report(evaluating);
+    d.on_report(in_default(rank_report(2, 20, WorkerPhase::kOther, "2", {2}, 1, false), age));
+  });
+  ASSERT_TRUE(v);
+  const auto& [verdict, when] = *v;
+  EXPECT_GT(when, seconds(13)) << verdict.summary;
+  EXPECT_LE(when, seconds(15));
+  EXPECT_EQ(verdict.culprits, std::vector<int>({1}));
+  EXPECT_EQ(verdict.waiting, std::vector<int>({0}));
+  EXPECT_EQ(verdict.group, "1");
+  EXPECT_THAT(verdict.summary, HasSubstr("rank 1 (host h1, pid 101, step 7, phase forward) never entered "
+                                         "all_reduce #5 (12 B float32) of group 1 (ranks 0,1)"));
+}
+
 TEST(SubgroupHangTest, WithNoDefaultCollectiveOpenTheSubgroupsAreLookedAt) {
   FakeClock clock;
   HangDetector d(config(), 2, clock);

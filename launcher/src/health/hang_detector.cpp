@@ -418,7 +418,7 @@ std::optional<HangVerdict> HangDetector::stuck_verdict(SteadyTime now) const {
   const auto is_working = [this, now](int r) { return working(r, now); };
   if (open.sequence == 0) {
     if (auto sub = subgroup_verdict(active, now, nullptr)) {
-      if (std::all_of(sub->culprits.begin(), sub->culprits.end(), is_working)) return std::nullopt;
+      if (sub->culprits.empty()) return std::nullopt;
       return sub;
     }
     // Every rank outside the default group's collectives, and one still going
@@ -459,7 +459,10 @@ std::optional<HangVerdict> HangDetector::stuck_verdict(SteadyTime now) const {
     // a subgroup's, for a member that never entered that one.
     const std::string then = fmt::format("; meanwhile {} {} waited in {} for {}", rank_word(v.waiting),
                                          v.waiting.size() == 1 ? "has" : "have", label, waited);
-    if (auto sub = subgroup_verdict(v.culprits, now, &then)) return sub;
+    if (auto sub = subgroup_verdict(v.culprits, now, &then)) {
+      if (sub->culprits.empty()) return std::nullopt;
+      return sub;
+    }
     std::string who;
     for (size_t i = 0; i < v.culprits.size() && i < kDescribedRanks; ++i) {
       who += (i ? ", " : "") + describe(v.culprits[i]);
@@ -516,7 +519,12 @@ std::optional<HangVerdict> HangDetector::subgroup_verdict(const std::vector<int>
   v.kind = HangKind::kStuckCollective;
   v.sequence = w->collective.sequence;
   v.op = w->collective.op;
-  v.culprits = w->missing;
+  // A member missing from it that still goes through its phases is on its
+  // way, as in the default group (working()).
+  for (int r : w->missing) {
+    if (!working(r, now)) v.culprits.push_back(r);
+  }
+  if (v.culprits.empty()) return v;
   v.waiting = w->waiting;
   v.group = w->group;
   v.group_ranks = w->group_ranks;

@@ -208,6 +208,9 @@ class HangDetector {
   bool saving(int rank, SteadyTime now) const;
   /// The verdict where a rank in `among` waits in a subgroup collective that
   /// a member never entered (subgroup_waits.h); `then` ends its summary.
+  /// Members missing from it that are working() are not blamed: where every
+  /// missing member works, it returns a verdict with no culprits, which the
+  /// caller takes for "no hang yet".
   std::optional<HangVerdict> subgroup_verdict(const std::vector<int>& among, SteadyTime now,
                                               const std::string* then) const;
   void record_collectives(const RankReport& report);
