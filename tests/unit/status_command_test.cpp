@@ -67,6 +67,17 @@ TEST(StatusCommand, ACollectiveOfAnotherGroupShowsItsGroup) {
   EXPECT_NE(out[2].find("all_reduce #11 group 1 (4 B float32, 2.5 s)"), std::string::npos) << out[2];
 }
 
+TEST(StatusCommand, ACollectiveOfUnknownSizeShowsOnlyItsWait) {
+  // A DDP bucket all-reduce a Python rank saw only through the group's counter.
+  nlohmann::json s = {{"job_id", "j7"}, {"world_size", 1}, {"nnodes", 1}};
+  s["ranks"] = {{"hang_timeout_s", 10.0},
+                {"ranks", {rank(0, 0.4, {{{"sequence", 20}, {"op", "all_reduce"}, {"bytes", 0}, {"dtype", ""},
+                                          {"state", "started"}, {"age_s", 5.9}}})}}};
+  const auto out = lines(render_status(s));
+  ASSERT_EQ(out.size(), 3u) << render_status(s);
+  EXPECT_EQ(out[2].substr(out[2].find("all_reduce")), "all_reduce #20 (5.9 s)");
+}
+
 TEST(StatusCommand, ListsTheWarningsUnderTheTable) {
   nlohmann::json s = {{"job_id", "j5"}, {"world_size", 2}, {"nnodes", 1}};
   s["ranks"] = {{"hang_timeout_s", 10.0}, {"ranks", {rank(0, 0.4), rank(1, 0.4)}}, {"warnings_total", 1}};
