@@ -138,7 +138,9 @@ TEST(ProcMetrics, FirstSampleIsTheAverageSinceStartThenDeltasOverTheClock) {
   EXPECT_NEAR(*s->cpu_percent, 0.0, 1e-9);
 }
 
-TEST(ProcMetrics, NoTimePassedKeepsTheLastFigure) {
+TEST(ProcMetrics, AWindowTooShortForWholeTicksKeepsTheLastFigure) {
+  // A failure report samples the ranks again a millisecond after the
+  // periodic sample: one tick in 0.75 ms read as 1337% CPU.
   FakeProc proc;
   FakeClock clock;
   proc.process(42, 1, 0, 0, 90'000);
@@ -149,8 +151,11 @@ TEST(ProcMetrics, NoTimePassedKeepsTheLastFigure) {
   EXPECT_NEAR(*sampler.sample(42)->cpu_percent, 50.0, 1e-9);
   proc.process(42, 1, 60, 0, 90'000);
   EXPECT_NEAR(*sampler.sample(42)->cpu_percent, 50.0, 1e-9) << "same instant: the last figure stands";
-  clock.advance(1s);
-  proc.process(42, 1, 150, 0, 90'000);
+  clock.advance(std::chrono::microseconds(750));
+  proc.process(42, 1, 61, 0, 90'000);
+  EXPECT_NEAR(*sampler.sample(42)->cpu_percent, 50.0, 1e-9) << "0.75 ms later: the last figure stands";
+  clock.advance(kMinCpuWindow - std::chrono::microseconds(750));
+  proc.process(42, 1, 70, 0, 90'000);
   EXPECT_NEAR(*sampler.sample(42)->cpu_percent, 100.0, 1e-9) << "measured from the last real reference point";
 }
 

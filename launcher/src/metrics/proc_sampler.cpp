@@ -120,23 +120,21 @@ std::optional<ProcessSample> ProcSampler::sample(int pid) {
   const double hz = static_cast<double>(hz_);
   auto prev = previous_.find(pid);
   if (prev != previous_.end() && prev->second.start_ticks == s.start_ticks) {
-    const double dt = std::chrono::duration<double>(now - prev->second.at).count();
-    if (dt > 0 && s.cpu_ticks >= prev->second.cpu_ticks) {
-      s.cpu_percent = 100.0 * static_cast<double>(s.cpu_ticks - prev->second.cpu_ticks) / hz / dt;
-    } else {
-      s.cpu_percent = prev->second.cpu_percent;  // no time passed: the last figure stands
+    const Duration dt = now - prev->second.at;
+    if (dt < kMinCpuWindow || s.cpu_ticks < prev->second.cpu_ticks) {
+      // Too short a window for whole ticks (one tick in a millisecond would
+      // read as 1,000%): the last figure stands, and the older reference
+      // point is kept so that the next delta spans real time.
+      s.cpu_percent = prev->second.cpu_percent;
+      return s;
     }
+    s.cpu_percent = 100.0 * static_cast<double>(s.cpu_ticks - prev->second.cpu_ticks) / hz /
+                    std::chrono::duration<double>(dt).count();
   } else if (const auto up = seconds_since_boot()) {
     const double lived = *up - static_cast<double>(s.start_ticks) / hz;
     if (lived > 0) s.cpu_percent = 100.0 * static_cast<double>(s.cpu_ticks) / hz / lived;
   }
-  if (prev != previous_.end() && prev->second.start_ticks == s.start_ticks &&
-      std::chrono::duration<double>(now - prev->second.at).count() <= 0) {
-    // Keep the older reference point, so the next delta spans real time.
-    prev->second.cpu_percent = s.cpu_percent;
-  } else {
-    previous_[pid] = Previous{s.start_ticks, s.cpu_ticks, now, s.cpu_percent};
-  }
+  previous_[pid] = Previous{s.start_ticks, s.cpu_ticks, now, s.cpu_percent};
   return s;
 }
 

@@ -4,7 +4,8 @@
 //
 // CPU% is the process's utime+stime (its own threads; children it waited
 // for are not counted) over the time between two samples of the same pid,
-// judged by the injected Clock; a pid's first sample gets its average since
+// judged by the injected Clock, over at least kMinCpuWindow (a sample sooner
+// after the last keeps the last figure); a pid's first sample gets its average since
 // it started instead (/proc/uptime against its start time), so a value shows
 // from the first heartbeat. A pid reused by a new process (another start
 // time) starts over.
@@ -50,6 +51,10 @@ struct ProcessSample {
   std::optional<uint64_t> written_bytes;
   std::optional<uint64_t> dirtied_bytes;
 };
+
+/// The shortest span a CPU% is measured over: the kernel counts CPU time in
+/// ticks of 10 ms (USER_HZ 100), so over 200 ms a figure is within 5%.
+inline constexpr Duration kMinCpuWindow = std::chrono::milliseconds(200);
 
 class ProcSampler {
  public:
