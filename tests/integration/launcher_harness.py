@@ -280,6 +280,10 @@ class LauncherTestCase(unittest.TestCase):
         self.log_dir = self.tmp / "logs"
         self.outdir = self.tmp / "out"
         self.outdir.mkdir()
+        # The test's own job registry and agent sockets: its jobs stay out
+        # of the `ddplaunch list` of the user who runs the tests.
+        self.runtime_dir_default = self.tmp / "agent-run"
+        self.runtime_dir_default.mkdir(mode=0o700)
         self._launches = []
         # cleanups run LIFO: leftover check/kill first, then rmtree
         self.addCleanup(shutil.rmtree, self.tmp, ignore_errors=True)
@@ -291,6 +295,7 @@ class LauncherTestCase(unittest.TestCase):
         env = base_env()
         env["DDPT_TOKEN"] = self.token
         env["TMPDIR"] = str(self.tmp)  # keeps any default-log-dir output inside tmp
+        env["XDG_RUNTIME_DIR"] = str(self.runtime_dir_default)
         for k in drop:
             env.pop(k, None)
         if extra:
