@@ -351,6 +351,21 @@ class PythonHangTests(PythonCompanionTestCase):
         self.assertEqual(hang["stacks"]["did_not_answer"], [])
         self.assert_no_leftovers(timeout=2.0)
 
+    def test_rank_waiting_for_a_program_it_started(self):
+        """subprocess.run of a program that never returns (an upload): the merged
+        stack goes on from the rank's wait into that program, which runs no companion."""
+        res, w = self.run_trouble("program-hang@10:1")
+        self.assertEqual(res.rc, HANG_EXIT, res.describe())
+        stuck = w.first(STUCK_RE, "err")
+        self.assertIsNotNone(stuck, "no stuck_collective report" + res.describe())
+        self.assertEqual(int(stuck[1].group(1)), 1, res.describe())
+        self.assert_detected_in_time(w, stuck, res)
+        stack, culprit = merged_groups(res.err)["1"]
+        self.assertTrue(culprit, res.describe())
+        self.assertRegex(stack, r"torch_ddp_trouble\.py:\d+ main \(subprocess\.run\(\[\"sleep\", \"3600\"\]\)"
+                                r".* -> \.\.\. -> child process \(pid \d+: sleep 3600 \(sleeping in \w+\)\)$")
+        self.assert_no_leftovers(timeout=2.0)
+
     def test_sigstop_of_a_rank(self):
         launch, w = self.start_script()
         ranks = self.wait_until_all_report()

@@ -6,7 +6,7 @@ import os
 import sys
 import threading
 
-from . import nccl_flight_recorder, signal_stacks, stacks
+from . import nccl_flight_recorder, signal_stacks, stacks, waited_child
 from .channel import Channel
 from .progress import STATE, build_heartbeat, perf
 
@@ -90,10 +90,11 @@ class Agent(object):
 
     def dump_stacks(self):
         threads = stacks.collect(self.own_threads)
-        try:   # the forked children's too, and the worker the main thread waits for
+        try:   # the forked children's too, and the worker or program the main thread waits for
             main = sys._current_frames().get(threading.main_thread().ident)
-            signal_stacks.attach(threads, signal_stacks.dump_descendants(os.getpid()),
-                                signal_stacks.awaited_worker(main))
+            answered = signal_stacks.dump_descendants(os.getpid())
+            signal_stacks.attach(threads, answered, signal_stacks.awaited_worker(main))
+            waited_child.attach(threads, main, answered)
             main = None
         except Exception:
             pass

@@ -16,7 +16,8 @@ it does not (a C-level sleep or poll) returns early with EINTR, which
 Python's own calls retry. A reader signals only a process that still has that memory
 file and catches the signal (an exec() drops both, and the signal's default
 action would end the process), then reads what it wrote through
-/proc/<pid>/fd. Subprocesses (subprocess, os.system) are not covered.
+/proc/<pid>/fd. Programs started by subprocess or os.system are not
+signalled; the one the main thread waits for is described (waited_child.py).
 
 Threading: arm runs at activation and in a child as it starts; the
 rest runs on the companion's thread while it answers a stack request."""
@@ -65,7 +66,7 @@ def arm():
     _fd = fd
 
 
-def _children(pid):
+def children(pid):
     """A process's children, from the kernel's per-thread lists (a fork is
     made on one of its threads)."""
     found = []
@@ -88,7 +89,7 @@ def _descendants(pid, limit):
     found = []
     level = [pid]
     while level and len(found) < limit:
-        level = [c for p in level for c in _children(p)]
+        level = [c for p in level for c in children(p)]
         found.extend(level)
     return found[:limit]
 

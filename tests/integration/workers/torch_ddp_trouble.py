@@ -26,6 +26,8 @@ and all-reduces the loss for logging.
       gil-hang      the rank blocks in C at STEP with the GIL held (libc sleep through
                     ctypes.PyDLL), as an extension that forgot to release it would:
                     no Python thread of the rank runs, the companion's neither
+      program-hang  the rank waits at STEP for a program it started that never
+                    returns (subprocess.run of sleep 3600), as a stuck upload would
       loader-crash  the rank's DataLoader worker raises at STEP
       loader-segfault  the rank's DataLoader worker dereferences NULL at STEP (SIGSEGV)
       long-eval     at STEP every rank evaluates the model (DDP forwards over a DataLoader,
@@ -57,6 +59,7 @@ import ctypes
 import datetime
 import itertools
 import os
+import subprocess
 import sys
 import time
 
@@ -66,7 +69,7 @@ import torch.nn as nn
 from torch.utils.data import DataLoader, Dataset
 
 TROUBLES = ("data-hang", "skip", "size", "raise", "segfault", "gil-hang", "loader-crash", "loader-segfault",
-            "subgroup-skip", "subgroup-size", "subgroup-dtype", "long-eval", "slow-save", "stalled-save")
+            "subgroup-skip", "subgroup-size", "subgroup-dtype", "long-eval", "slow-save", "stalled-save", "program-hang")
 SUBGROUP_TROUBLES = ("subgroup-skip", "subgroup-size", "subgroup-dtype")
 
 
@@ -212,6 +215,9 @@ def main():
         if mine and kind == "segfault" and step == at:
             announce(kind, step, rank)
             decode_natively()
+        if mine and kind == "program-hang" and step == at:
+            announce(kind, step, rank)
+            subprocess.run(["sleep", "3600"])   # an upload that never returns
         if mine and kind == "gil-hang" and step == at:
             announce(kind, step, rank)
             hold_the_gil()
