@@ -169,6 +169,7 @@ class DetachedNodesTest(MultiNodeTestCase):
         for j in jobs:
             self.assertEqual((j["job_id"], j["state"], j["exit_code"], j["ranks"], j["detached"]),
                              (self.job_id, "succeeded", 0, 4, True), j)
+        self.assertEqual(sorted(j["node_rank"] for j in jobs), [0, 1], "the two rows name their nodes")
         self.check_layout(self.read_probes(4), 2, 2, job_id=self.job_id, token=self.job_token)
         # One console per machine (both agents run on this one); both nodes' ranks are in it.
         console = Path(jobs[0]["console"])

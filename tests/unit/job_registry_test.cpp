@@ -77,10 +77,12 @@ class JobRegistryTest : public ::testing::Test {
 TEST_F(JobRegistryTest, ARecordLivesThroughTheJobAndAfterIt) {
   {
     JobRegistration reg(job("a", ::getpid(), 100));
-    reg.update_attempt(2, 8, 4);
+    EXPECT_EQ(running_jobs().at(0).node_rank, -1) << "no node before the first rendezvous";
+    reg.update_attempt(2, 8, 4, 1);
     auto running = running_jobs();
     ASSERT_EQ(running.size(), 1u);
     EXPECT_EQ(running[0].world_size, 8);
+    EXPECT_EQ(running[0].node_rank, 1);
     EXPECT_EQ(running[0].restarts, 2);
     EXPECT_EQ(running[0].token, "s3cret-token");
     EXPECT_FALSE(running[0].exit_code.has_value());

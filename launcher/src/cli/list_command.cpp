@@ -41,6 +41,7 @@ nlohmann::json to_json(const JobRecord& j) {
           {"ended_unix_s", j.running() ? nlohmann::json() : nlohmann::json(j.ended_unix_s)},
           {"ranks", j.world_size},
           {"local_ranks", j.local_ranks},
+          {"node_rank", j.node_rank >= 0 ? nlohmann::json(j.node_rank) : nlohmann::json()},
           {"restarts", j.restarts},
           {"exit_code", j.exit_code ? nlohmann::json(*j.exit_code) : nlohmann::json()},
           {"detached", !j.console.empty()},
@@ -51,12 +52,14 @@ nlohmann::json to_json(const JobRecord& j) {
 }
 
 std::string render_table(const std::vector<JobRecord>& jobs) {
-  std::string out = fmt::format("{:<28} {:<10} {:<19} {:>5} {:>8} {:>4}  {:<10} {:<24} {}\n", "JOB", "STATE", "STARTED",
-                                "RANKS", "RESTARTS", "EXIT", "MODE", "SYNC", "LOGS");
+  // NODE: which node of the job this machine's agent was (two agents of one
+  // job here are two rows).
+  std::string out = fmt::format("{:<28} {:<10} {:<19} {:>5} {:>4} {:>8} {:>4}  {:<10} {:<24} {}\n", "JOB", "STATE",
+                                "STARTED", "RANKS", "NODE", "RESTARTS", "EXIT", "MODE", "SYNC", "LOGS");
   for (const JobRecord& j : jobs) {
-    out += fmt::format("{:<28} {:<10} {:<19} {:>5} {:>8} {:>4}  {:<10} {:<24} {}\n", j.job_id, to_string(j.state),
+    out += fmt::format("{:<28} {:<10} {:<19} {:>5} {:>4} {:>8} {:>4}  {:<10} {:<24} {}\n", j.job_id, to_string(j.state),
                        local_time(j.started_unix_s), j.world_size > 0 ? std::to_string(j.world_size) : "-",
-                       j.restarts, j.exit_code ? std::to_string(*j.exit_code) : "-",
+                       j.node_rank >= 0 ? std::to_string(j.node_rank) : "-", j.restarts, j.exit_code ? std::to_string(*j.exit_code) : "-",
                        j.console.empty() ? "foreground" : "detached", sync_state_cell(sync_state(j)), j.log_dir);
   }
   return out;

@@ -63,6 +63,7 @@ nlohmann::json to_json(const JobRecord& job) {
           {"console", job.console},
           {"world_size", job.world_size},
           {"local_ranks", job.local_ranks},
+          {"node_rank", job.node_rank},
           {"restarts", job.restarts},
           {"state", to_string(job.state)},
           {"exit_code", job.exit_code ? nlohmann::json(*job.exit_code) : nlohmann::json()},
@@ -96,6 +97,7 @@ std::optional<JobRecord> read_record(const fs::path& path) {
     job.console = j.value("console", "");
     job.world_size = j.value("world_size", 0);
     job.local_ranks = j.value("local_ranks", 0);
+    job.node_rank = j.value("node_rank", -1);
     job.restarts = j.value("restarts", 0);
     job.state = parse_state(j.value("state", "running"));
     if (j.contains("exit_code") && j["exit_code"].is_number_integer()) job.exit_code = j["exit_code"].get<int>();
@@ -190,10 +192,11 @@ void JobRegistration::update_endpoint(const std::string& endpoint) {
   write();
 }
 
-void JobRegistration::update_attempt(int attempt, int world_size, int local_ranks) {
+void JobRegistration::update_attempt(int attempt, int world_size, int local_ranks, int node_rank) {
   job_.restarts = attempt;
   job_.world_size = world_size;
   job_.local_ranks = local_ranks;
+  job_.node_rank = node_rank;
   write();
 }
 

@@ -35,6 +35,7 @@ struct JobRecord {
   std::string console;   // the console log of a detached agent, else empty
   int world_size = 0;    // 0 until the first rendezvous
   int local_ranks = 0;
+  int node_rank = -1;    // this agent's node in the world; -1 until the first rendezvous
   int restarts = 0;      // attempts started after the first
   JobState state = JobState::kRunning;
   std::optional<int> exit_code;  // once ended
@@ -58,8 +59,10 @@ class JobRegistration {
   /// The job's coordinator moved (failover to the next endpoint). Each update
   /// replaces the file at once (rename), so a reader never sees half of it.
   void update_endpoint(const std::string& endpoint);
-  /// An attempt started with this many ranks in all and here.
-  void update_attempt(int attempt, int world_size, int local_ranks);
+  /// An attempt started with this many ranks in all and here, this agent
+  /// being node `node_rank` (two agents of one job on one machine are two
+  /// records: the node tells them apart).
+  void update_attempt(int attempt, int world_size, int local_ranks, int node_rank);
   /// The agent's end: its exit code, whether a stop signal ended it, and the
   /// closing summary it printed. Ended records beyond kKeptEndedJobs go.
   void finish(int exit_code, bool stopped_by_signal, const std::string& summary);

@@ -815,7 +815,7 @@ int run_launch(const LaunchPlan& plan, OrphanSentinel* sentinel, const DetachedR
         taken_over_metrics = serve_metrics_after_takeover(plan, tls, hosting);
       }
     }
-    registered.update_attempt(attempt, layout.world_size, plan.nproc);
+    registered.update_attempt(attempt, layout.world_size, plan.nproc, layout.node_rank);
     router.set_node_rank(layout.node_rank);
     listener.set_node_rank(layout.node_rank);
     local.set_layout({layout, plan.nproc});
