@@ -330,19 +330,27 @@ class PythonHangTests(PythonCompanionTestCase):
         self.assertEqual([g[1] for g in groups.values()], [False], res.describe())
         self.assert_no_leftovers(timeout=2.0)
 
-    def test_rank_that_holds_the_gil_in_c(self):
-        """Its companion's thread cannot run: the rank is silent, and its stacks come
-        from faulthandler, which the agent triggers with a signal."""
-        res, w = self.run_trouble("gil-hang@10:1")
+    def rank_1_culprit_stack(self, trouble, verdict_re):
+        """Runs `trouble` on rank 1; checks the hang exit and that the verdict
+        (`verdict_re`, the rank its first group) names rank 1 in time, and that
+        rank 1's merged stack is marked the likely culprit. Returns the result
+        and that stack."""
+        res, w = self.run_trouble(trouble)
         self.assertEqual(res.rc, HANG_EXIT, res.describe())
-        silent = w.first(SILENT_RE, "err")
-        self.assertIsNotNone(silent, "no silent_rank report" + res.describe())
-        self.assertEqual(int(silent[1].group(1)), 1, res.describe())
-        self.assert_detected_in_time(w, silent, res)
+        verdict = w.first(verdict_re, "err")
+        self.assertIsNotNone(verdict, "no verdict" + res.describe())
+        self.assertEqual(int(verdict[1].group(1)), 1, res.describe())
+        self.assert_detected_in_time(w, verdict, res)
         groups = merged_groups(res.err)
         self.assertIn("1", groups, res.describe())
         stack, culprit = groups["1"]
         self.assertTrue(culprit, res.describe())
+        return res, stack
+
+    def test_rank_that_holds_the_gil_in_c(self):
+        """Its companion's thread cannot run: the rank is silent, and its stacks come
+        from faulthandler, which the agent triggers with a signal."""
+        res, stack = self.rank_1_culprit_stack("gil-hang@10:1", SILENT_RE)
         self.assertRegex(stack, r"torch_ddp_trouble\.py:\d+ main \(hold_the_gil\(\)\) -> "
                                 r"torch_ddp_trouble\.py:\d+ hold_the_gil \(ctypes\.PyDLL\(None\)\.sleep\(3600\)")
         hang = self.failure_json()["hang"]
@@ -354,14 +362,7 @@ class PythonHangTests(PythonCompanionTestCase):
     def test_rank_waiting_for_a_program_it_started(self):
         """subprocess.run of a program that never returns (an upload): the merged
         stack goes on from the rank's wait into that program, which runs no companion."""
-        res, w = self.run_trouble("program-hang@10:1")
-        self.assertEqual(res.rc, HANG_EXIT, res.describe())
-        stuck = w.first(STUCK_RE, "err")
-        self.assertIsNotNone(stuck, "no stuck_collective report" + res.describe())
-        self.assertEqual(int(stuck[1].group(1)), 1, res.describe())
-        self.assert_detected_in_time(w, stuck, res)
-        stack, culprit = merged_groups(res.err)["1"]
-        self.assertTrue(culprit, res.describe())
+        _, stack = self.rank_1_culprit_stack("program-hang@10:1", STUCK_RE)
         self.assertRegex(stack, r"torch_ddp_trouble\.py:\d+ main \(subprocess\.run\(\[\"sleep\", \"3600\"\]\)"
                                 r".* -> \.\.\. -> child process \(pid \d+: sleep 3600 \(sleeping in \w+\)\)$")
         self.assert_no_leftovers(timeout=2.0)
