@@ -59,7 +59,8 @@ std::string render_table(const std::vector<JobRecord>& jobs) {
   for (const JobRecord& j : jobs) {
     out += fmt::format("{:<28} {:<10} {:<19} {:>5} {:>4} {:>8} {:>4}  {:<10} {:<24} {}\n", j.job_id, to_string(j.state),
                        local_time(j.started_unix_s), j.world_size > 0 ? std::to_string(j.world_size) : "-",
-                       j.node_rank >= 0 ? std::to_string(j.node_rank) : "-", j.restarts, j.exit_code ? std::to_string(*j.exit_code) : "-",
+                       j.node_rank >= 0 ? std::to_string(j.node_rank) : "-", j.restarts,
+                       j.exit_code ? std::to_string(*j.exit_code) : "-",
                        j.console.empty() ? "foreground" : "detached", sync_state_cell(sync_state(j)), j.log_dir);
   }
   return out;

@@ -16,11 +16,10 @@ std::string open_collective(const nlohmann::json& r) {
   // Size and dtype where the rank knew them: a DDP bucket all-reduce seen
   // only through the group's counter (torch 1.13) has neither.
   std::string what;
-  if (const auto bytes = c.value("bytes", int64_t{0}); bytes > 0) what = format_bytes(bytes) + " ";
-  if (const auto dtype = c.value("dtype", std::string()); !dtype.empty()) what += dtype + " ";
-  if (!what.empty()) what.back() = ',';
-  return fmt::format("{} #{}{} ({}{}{:.1f} s)", c.value("op", "?"), c.value("sequence", 0), group, what,
-                     what.empty() ? "" : " ", c.value("age_s", 0.0));
+  if (const auto bytes = c.value("bytes", int64_t{0}); bytes > 0) what = format_bytes(bytes);
+  if (const auto dtype = c.value("dtype", std::string()); !dtype.empty()) what += (what.empty() ? "" : " ") + dtype;
+  return fmt::format("{} #{}{} ({}{:.1f} s)", c.value("op", "?"), c.value("sequence", 0), group,
+                     what.empty() ? what : what + ", ", c.value("age_s", 0.0));
 }
 
 // The agent's last sample of a rank's process (metrics/resources_json.h):
