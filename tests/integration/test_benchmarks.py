@@ -9,6 +9,7 @@ speed targets live in the benchmarks' own output."""
 import json
 import os
 import subprocess
+import tempfile
 import unittest
 import uuid
 from pathlib import Path
@@ -27,8 +28,10 @@ DDPLAUNCH = os.environ.get("DDPLAUNCH_BIN")
 MARK_VAR = "DDP_BENCH_SMOKE_MARK"
 
 
-def run_marked(cmd, mark, timeout):
-    env = dict(os.environ, PYTHONDONTWRITEBYTECODE="1", **{MARK_VAR: mark})
+def run_marked(cmd, mark, timeout, runtime_dir):
+    """Runs a benchmark; the ddplaunch jobs it starts register under
+    runtime_dir (their XDG_RUNTIME_DIR), not in the tester's own `ddplaunch list`."""
+    env = dict(os.environ, PYTHONDONTWRITEBYTECODE="1", XDG_RUNTIME_DIR=str(runtime_dir), **{MARK_VAR: mark})
     res = subprocess.run([str(c) for c in cmd], capture_output=True, text=True, timeout=timeout, env=env)
     if res.returncode != 0:
         raise AssertionError(f"{' '.join(map(str, cmd[:3]))} exited {res.returncode}\nstdout:\n{res.stdout[-3000:]}\n"
@@ -36,8 +39,8 @@ def run_marked(cmd, mark, timeout):
     return res
 
 
-def run_bench(script, *args, mark, timeout=120):
-    return run_marked([PYTHON, BENCH / script, *args], mark, timeout)
+def run_bench(script, *args, mark, runtime_dir, timeout=120):
+    return run_marked([PYTHON, BENCH / script, *args], mark, timeout, runtime_dir)
 
 
 def json_document(res):
@@ -68,6 +71,9 @@ class BenchmarkSmokeTest(unittest.TestCase):
 
     def setUp(self):
         self.mark = uuid.uuid4().hex
+        runtime = tempfile.TemporaryDirectory(prefix="bench-runtime-")
+        self.addCleanup(runtime.cleanup)
+        self.runtime_dir = Path(runtime.name)
 
     def tearDown(self):
         left = processes_marked(self.mark)
@@ -79,7 +85,7 @@ class BenchmarkSmokeTest(unittest.TestCase):
         self.assertEqual(left, [], "processes of the benchmark outlived it")
 
     def bench(self, script, *args, timeout=120):
-        return run_bench(script, *args, mark=self.mark, timeout=timeout)
+        return run_bench(script, *args, mark=self.mark, runtime_dir=self.runtime_dir, timeout=timeout)
 
     def test_allreduce_bench(self):
         res = self.bench("allreduce_bench.py", "--sizes", "64K,1M", "--repeat", 1, "--iters", 2, "--warmup", 1,
@@ -132,6 +138,8 @@ class BenchmarkSmokeTest(unittest.TestCase):
         self.assertEqual(rows[("ddplaunch", "hang")]["exit_codes"], [124])  # the documented hang exit code
         # A hang is reported after the hang timeout, not before it.
         self.assertGreaterEqual(rows[("ddplaunch", "hang")]["median_s"], 2.0)
+        # Its jobs registered in this test's runtime folder, not in the tester's own.
+        self.assertTrue(list((self.runtime_dir / "ddplaunch" / "jobs").glob("faultbench-*.json")))
 
     def test_node_loss_bench(self):
         res = self.bench("node_loss_bench.py", "--repeat", 1, "--last-call", 2, "--warm-steps", 10, "--steps", 100,
@@ -212,7 +220,8 @@ class BenchmarkSmokeTest(unittest.TestCase):
         answered, /metrics holding each rank's series, the ratios and the verdict made from them."""
         ddplaunch = ["--ddplaunch", DDPLAUNCH] if DDPLAUNCH else []
         res = run_marked([DDPBENCH, "heartbeats", "--nodes", 64, "--nproc-per-node", 8, "--rate", 4, "--seconds", 2,
-                          "--rounds", 2, "--warmup", 0.5, "--scrapes", 2, *ddplaunch, "--json"], self.mark, 120)
+                          "--rounds", 2, "--warmup", 0.5, "--scrapes", 2, *ddplaunch, "--json"], self.mark, 120,
+                         self.runtime_dir)
         doc = json_document(res)
         self.assertEqual(doc["world_size"], 512)
         sides = doc["sides"]
@@ -262,7 +271,8 @@ class BenchmarkSmokeTest(unittest.TestCase):
     def test_heartbeat_bench_summary(self):
         ddplaunch = ["--ddplaunch", DDPLAUNCH] if DDPLAUNCH else []
         res = run_marked([DDPBENCH, "heartbeats", "--nodes", 8, "--nproc-per-node", 2, "--rate", 4, "--seconds", 0.5,
-                          "--rounds", 1, "--warmup", 0.25, "--scrapes", 1, *ddplaunch], self.mark, 60)
+                          "--rounds", 1, "--warmup", 0.25, "--scrapes", 1, *ddplaunch], self.mark, 60,
+                         self.runtime_dir)
         self.assertIn("ratio: with resources / without", res.stdout)
         self.assertRegex(res.stdout, r"heartbeat p99\s+[0-9.]+ ms\s+[0-9.]+ ms\s+[0-9.]+")
         self.assertRegex(res.stdout, r"/metrics series\s+[0-9]+ \(26\.0/rank\)\s+[0-9]+ \(12\.0/rank\)")
