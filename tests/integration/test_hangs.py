@@ -417,8 +417,9 @@ class StatusTests(HangTestCase):
     def test_status_after_a_restart(self):
         launch, w = self.start_train(2, fault="hang@5:1", launcher_args=["--max-restarts=1"])
         ok, doc, r = self._wait_status(
-            lambda d: d.get("generation") == 1 and all((x.get("step") or 0) >= 1
-                                                       for x in self.status_ranks(d).values()), 40)
+            # (while generation 1 forms, state "rendezvous", the ranks listed may still be generation 0's)
+            lambda d: d.get("generation") == 1 and d.get("state") == "running" and
+            all((x.get("step") or 0) >= 1 for x in self.status_ranks(d).values()), 40)
         self.assertTrue(ok, f"status never showed generation 1: {doc} {r.stderr if r else ''}"
                         f"\n{w.launch.err_path.read_text(errors='replace')[-3000:]}")
         self.assertEqual(doc["restarts_used"], 1)
