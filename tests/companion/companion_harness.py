@@ -257,18 +257,20 @@ class CompanionTestCase(unittest.TestCase):
     @staticmethod
     def read_announcements(path):
         """The collectives announced in the file named by a hello, as the
-        agent reads them (collective_announcements.h): [(n, sequence, op, bytes, dtype, group)]."""
+        agent reads them (collective_announcements.h): [(n, sequence, op, bytes, dtype, group,
+        whether its call returned)]."""
         with open(path, "rb") as f:
             data = f.read()
         magic, version, count = struct.unpack_from("<4sIQ", data, 0)
-        assert (magic, version) == (b"DDPA", 2), (magic, version)
+        assert (magic, version) == (b"DDPA", 3), (magic, version)
         out = []
         for n in range(max(1, count - 15), count + 1):
             number, seq, nbytes, _, op, dtype, group = struct.unpack_from("<QQqQ24s16s48s", data,
                                                                           16 + ((n - 1) % 16) * 120)
-            if number == n:
+            returned = bool(number >> 63)
+            if number & ~(1 << 63) == n:
                 out.append((n, seq) + tuple(x.rstrip(b"\0").decode() if isinstance(x, bytes) else x
-                                            for x in (op, nbytes, dtype, group)))
+                                            for x in (op, nbytes, dtype, group)) + (returned,))
         return out
 
     def accept_rank(self, rank, timeout=60):

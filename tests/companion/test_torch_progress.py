@@ -83,7 +83,7 @@ class TorchProgressTest(CompanionTestCase):
         rank.write("\n")
         rank.wait_line(lambda l: l == "done", 60, "done")
         self.assertEqual(self.read_announcements(path),
-                         [(1, first["last_enqueued"] + 1, "all_reduce", 40, "float32", "")])
+                         [(1, first["last_enqueued"] + 1, "all_reduce", 40, "float32", "", True)])
         self.assertEqual(rank.finish(), 0, rank.stderr_text())
         hb = conn.wait_for(lambda m: m.get("exiting"), 20, "exiting heartbeat")
         self.assertEqual(hb["announced"], 1)
@@ -113,7 +113,7 @@ class TorchProgressTest(CompanionTestCase):
         rank0 = self.start("stuck_collective.py", 0, init, env=self.rank_env(GLOO_SOCKET_IFNAME="lo"))
         rank1 = self.start("stuck_collective.py", 1, init,
                            env=self.rank_env(companion=False, GLOO_SOCKET_IFNAME="lo"))
-        conn, _ = self.accept_rank(rank0)
+        conn, hello = self.accept_rank(rank0)
         rank0.wait_line(lambda l: l == "waiting", 60, "waiting")
         # (heartbeats from the first all_reduce, waiting for rank 1 to start, may come first)
         hb = conn.wait_for(lambda m: heartbeat(m) and m["phase"] == "collective" and
@@ -121,6 +121,9 @@ class TorchProgressTest(CompanionTestCase):
         last = hb["recent"][-1]
         self.assertEqual(last["state"], "started")
         self.assertEqual(hb["last_completed"], last["sequence"] - 1)
+        # Announced, and not marked as returned while the rank waits in it.
+        barrier = self.read_announcements(hello["announcements"])[-1]
+        self.assertEqual((barrier[1], barrier[2], barrier[-1]), (last["sequence"], "barrier", False))
         # The record is made just before the wrapper calls torch's barrier.
         msg = conn.stacks_when(lambda main: main["frames"][-1]["file"].endswith("distributed_c10d.py"))
         main = [t for t in msg["threads"] if t["main"]][0]
@@ -131,6 +134,7 @@ class TorchProgressTest(CompanionTestCase):
         hb = conn.wait_for(lambda m: heartbeat(m) and m["phase"] == "other", 30, "idle heartbeat")
         self.assertEqual(hb["recent"][-1]["state"], "completed")
         self.assertEqual(hb["last_completed"], hb["last_enqueued"], hb)
+        self.assertTrue(self.read_announcements(hello["announcements"])[-1][-1], "returned: marked")
         self.assertEqual(rank0.finish(), 0, rank0.stderr_text())
         self.assertEqual(rank1.finish(), 0, rank1.stderr_text())
 
@@ -167,9 +171,9 @@ class TorchProgressTest(CompanionTestCase):
         # the pair's two (the call on a group rank 0 is no member of is not announced).
         announced = self.read_announcements(hello["announcements"])
         self.assertEqual([a[1:] for a in announced][-3:],
-                         [(hb["last_enqueued"], "all_reduce", 16, "float32", ""),
-                          (1, "all_reduce", 32, "float32", pair["group"]),
-                          (2, "all_reduce", 12, "float32", pair["group"])], announced)
+                         [(hb["last_enqueued"], "all_reduce", 16, "float32", "", True),
+                          (1, "all_reduce", 32, "float32", pair["group"], True),
+                          (2, "all_reduce", 12, "float32", pair["group"], False)], announced)
         # The default group's record holds only its own calls, all finished.
         self.assertEqual([r["bytes"] for r in hb["recent"] if r["op"] == "all_reduce"], [16], hb["recent"])
         self.assertEqual(hb["last_completed"], hb["last_enqueued"], hb)
@@ -183,6 +187,10 @@ class TorchProgressTest(CompanionTestCase):
         self.assertNotIn("open", pair)
         self.assertEqual([(r["sequence"], r["bytes"], r["state"]) for r in pair["recent"]],
                          [(1, 32, "completed"), (2, 12, "completed"), (3, 20, "completed")], pair)
+        # Marked as returned: the synchronous one once it did, never the asynchronous
+        # one (its Work may still run when the call returns; the heartbeat follows it).
+        self.assertEqual([(a[1], a[-1]) for a in self.read_announcements(hello["announcements"])][-2:],
+                         [(2, True), (3, False)])
         self.assertEqual(rank0.finish(), 0, rank0.stderr_text())
         self.assertEqual(rank1.finish(), 0, rank1.stderr_text())
 

@@ -12,7 +12,8 @@ with SIGSTOP. The tests check who is named and how fast (from the trouble line t
 prints to the report line, this process's clock), the merged stacks (ranks grouped by
 identical stack, the odd group named), failure.json, the exit code, and that nothing is
 left running. Others check `ddplaunch status` and `ddplaunch stacks` on a running job,
-that DataLoader workers never report as the rank, that the user's own sitecustomize
+that a rank slowed down in its data loading is warned about as a straggler, that
+DataLoader workers never report as the rank, that the user's own sitecustomize
 still runs, and --no-python-companion.
 """
 
@@ -43,6 +44,8 @@ SUBGROUP_RE = re.compile(r"error: stuck_collective detected: rank (\d+) \(host \
                          r"phase \w+\) never entered (\w+) #(\d+) .*of group (\S+) \(ranks ([\d,]+)\) "
                          r"that ranks? ([\d,]+) ha(?:s|ve) waited in for [\d.]+ s; meanwhile ranks? ([\d,]+) ")
 DESYNC_RE = re.compile(r"error: desync detected: desync at collective #(\d+): (.*)")
+STRAGGLER_RE = re.compile(r"warning: straggler: rank (\d+) \(host [^)]*\) is a straggler: busy .* per step, "
+                          r".*its heartbeats found it in phase (\w+) ")
 SILENT_RE = re.compile(r"error: silent_rank detected: rank (\d+) \(host \S+, pid (\d+)")
 GROUP_RE = re.compile(r"^  ranks? ([\d,-]+) \((\d+) of (\d+)\): (.*?)(   <- likely culprit)?$")
 
@@ -498,6 +501,30 @@ class PythonLiveViewTests(PythonCompanionTestCase):
         self.assertEqual(res.rc, 0, res.describe())
         for r in range(NPROC):
             self.assertRegex("\n".join(res.err_by_rank().get(r, [])), r"user sitecustomize ran in \d+", res.describe())
+        self.assert_no_leftovers(timeout=2.0)
+
+    def test_a_rank_slowed_in_its_data_loading_is_named_a_straggler(self):
+        """Rank 2's data loading takes 0.2 s more per batch from step 5 on. The
+        others wait for it inside DDP's backward, where the companion cannot tell
+        the wait from the compute: every rank's step, and its busy time, look
+        alike. Their time inside DDP's forward and backward tells them apart: a
+        straggler warning names rank 2 (only), in phase data; nothing is stopped."""
+        launch, w = self.start_script("--trouble", "slow-data@5:2", "--step-sleep", "0.01")
+        hit = w.wait_for(STRAGGLER_RE, 60, "err")
+        if hit is None:
+            self.fail("no straggler warning" + self.finish(launch, 1).describe())
+        self.assertIsNone(launch.proc.poll(), "a straggler is a warning: the job goes on")
+        self.assertEqual(hit[1].group(1, 2), ("2", "data"), hit[1].group(0))
+        # Five slow steps of about 0.2 s, each reported by a new heartbeat (0.5 s).
+        trouble = w.first(TROUBLE_RE, "err")
+        self.assertIsNotNone(trouble)
+        self.assertLess(hit[0] - trouble[0], 5 * HB + SLACK_S + 2.0, hit[1].group(0))
+        os.killpg(launch.proc.pid, signal.SIGTERM)
+        res, t_exit = self.finish_watched(launch, w, 30)
+        self.assertIsNotNone(t_exit, res.describe())
+        named = [m.group(1) for m in STRAGGLER_RE.finditer(res.err)]
+        self.assertEqual(named, ["2"], "named once, and no other rank")
+        self.assertIsNone(w.first(re.compile(r"error: \w+ detected"), "err"), res.describe())
         self.assert_no_leftovers(timeout=2.0)
 
     def test_no_python_companion(self):

@@ -37,7 +37,7 @@ class TempFolder {
 
 class AnnouncementWriter {
  public:
-  explicit AnnouncementWriter(std::string path, const char* magic = "DDPA", uint32_t version = 2,
+  explicit AnnouncementWriter(std::string path, const char* magic = "DDPA", uint32_t version = 3,
                               size_t size = CollectiveAnnouncements::kFileBytes)
       : path_(std::move(path)), size_(size) {
     const int fd = ::open(path_.c_str(), O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
@@ -72,6 +72,13 @@ class AnnouncementWriter {
     std::memcpy(e + 56, dtype.data(), std::min<size_t>(dtype.size(), 16));
     std::memcpy(e + 72, group.data(), std::min<size_t>(group.size(), 48));
     std::memcpy(data_ + 8, &n, 8);
+  }
+  /// Marks announcement n's call as returned, as the companion does.
+  void returned(uint64_t n) {
+    const uint64_t marked = n | CollectiveAnnouncements::kReturnedBit;
+    std::memcpy(data_ + CollectiveAnnouncements::kHeaderBytes +
+                    ((n - 1) % CollectiveAnnouncements::kSlots) * CollectiveAnnouncements::kEntryBytes,
+                &marked, 8);
   }
   /// Overwrites entry n's own number, as a write in progress would leave it.
   void tear(uint64_t n) {

@@ -51,6 +51,17 @@ TEST(CollectiveAnnouncements, ReadsWhatWasAnnouncedAfterACount) {
   EXPECT_EQ(a->since(2, now).at(0).group, "") << "the default group";
 }
 
+TEST_F(MappedAnnouncementFile, AReturnedCallIsCompleted) {
+  w.write(3, "all_reduce", 16, "float32", now);
+  w.write(4, "barrier", 0, "", now);
+  w.returned(1);  // announcement 1: sequence 3
+  const auto kept = a->since(0, now);
+  ASSERT_EQ(kept.size(), 2u) << "the mark is not taken for a torn entry";
+  EXPECT_EQ(kept[0].sequence, 3u);
+  EXPECT_EQ(kept[0].state, "completed");
+  EXPECT_EQ(kept[1].state, "started");
+}
+
 TEST_F(MappedAnnouncementFile, ACollectiveOfAnotherGroupNamesIt) {
   const std::string hashed(40, 'f');  // torch 2.x names some groups by a 40-digit hash
   w.write(3, "all_reduce", 16, "float32", now, "1");

@@ -62,7 +62,7 @@ TEST(CompanionMessages, HeartbeatBecomesARankReport) {
   const auto hello = parse_companion_hello(kHello);
   const auto r = parse_companion_heartbeat(
       R"j({"type":"heartbeat","step":21,"phase":"collective","step_seconds":0.25,"busy_seconds":0.125,
-          "last_enqueued":47,"last_started":47,"last_completed":46,
+          "sync_seconds":0.0625,"last_enqueued":47,"last_started":47,"last_completed":46,
           "recent":[{"sequence":46,"op":"all_reduce","bytes":0,"dtype":"","state":"completed","age_ms":30},
                     {"sequence":47,"op":"all_reduce","bytes":4,"dtype":"float32","state":"started","age_ms":12}],
           "exiting":false,"announced":12,"activity":305})j",
@@ -75,6 +75,7 @@ TEST(CompanionMessages, HeartbeatBecomesARankReport) {
   EXPECT_EQ(r->step, 21);
   EXPECT_EQ(r->phase, WorkerPhase::kCollective);
   EXPECT_DOUBLE_EQ(r->busy_seconds, 0.125);
+  EXPECT_DOUBLE_EQ(r->sync_seconds, 0.0625);
   EXPECT_EQ(r->last_completed, 46u);
   ASSERT_EQ(r->recent.size(), 2u);
   EXPECT_EQ(r->recent[1].bytes, 4);
@@ -83,7 +84,9 @@ TEST(CompanionMessages, HeartbeatBecomesARankReport) {
   EXPECT_EQ(r->activity, 305u);
   ::ddplaunch::v1::WorkerHeartbeat hb;   // what the agent forwards to the coordinator
   to_proto(*r, Duration::zero(), hb);
-  EXPECT_EQ(from_proto(hb, 1, "node-a").activity, 305u);
+  const RankReport forwarded = from_proto(hb, 1, "node-a");
+  EXPECT_EQ(forwarded.activity, 305u);
+  EXPECT_DOUBLE_EQ(forwarded.sync_seconds, 0.0625);
 }
 
 TEST(CompanionMessages, HeartbeatCarriesTheSubgroupsCounts) {
@@ -145,12 +148,14 @@ TEST(CompanionMessages, HeartbeatFieldsOfTheWrongTypeOrRangeAreIgnored) {
   const auto hello = parse_companion_hello(kHello);
   const auto r = parse_companion_heartbeat(
       R"j({"type":"heartbeat","step":"x","phase":7,"step_seconds":-3,"last_enqueued":-5,"activity":-2,
+          "busy_seconds":0.5,"sync_seconds":9,
           "recent":[5,{"sequence":"a","bytes":-9,"age_ms":-1}]})j",
       *hello, 1, 0, "h");
   ASSERT_TRUE(r);
   EXPECT_EQ(r->step, -1);
   EXPECT_EQ(r->phase, WorkerPhase::kUnknown);
   EXPECT_EQ(r->step_seconds, 0);
+  EXPECT_EQ(r->sync_seconds, 0.5) << "a part of busy_seconds: never more";
   EXPECT_EQ(r->last_enqueued, 0u);
   EXPECT_EQ(r->activity, 0u);
   ASSERT_EQ(r->recent.size(), 1u);
@@ -349,6 +354,49 @@ TEST_F(BoardWithAnnouncements, AnnouncedCollectivesJoinTheLatestReport) {
   board.clear();
   board.record(r);
   EXPECT_EQ(board.latest()[0].report.last_enqueued, 26u) << "a new generation forgets the old announcements";
+}
+
+// A rank that reads its data most of the time and all-reduces once a step:
+// a heartbeat made while it read is forwarded after that step's all-reduce
+// returned. It is still reading (or at it again), not waiting in a collective.
+TEST_F(BoardWithAnnouncements, AnnouncedCollectivesThatReturnedLeaveThePhase) {
+  board.attach_announcements(2, file.reader);
+  RankReport r;
+  r.rank = 2;
+  r.phase = WorkerPhase::kData;
+  r.last_enqueued = r.last_started = r.last_completed = 26;
+  r.announced = 0;
+  board.record(r);
+  clock.advance(300ms);
+  writer.write(27, "all_reduce", 4, "float32", clock.now() - 50ms);
+  writer.returned(1);
+  writer.write(28, "all_reduce", 4, "float32", clock.now() - 20ms);
+  writer.returned(2);
+  auto latest = board.latest();
+  ASSERT_EQ(latest.size(), 1u);
+  const RankReport& now = latest[0].report;
+  EXPECT_EQ(now.phase, WorkerPhase::kData);
+  EXPECT_EQ(now.last_enqueued, 28u);
+  EXPECT_EQ(now.last_completed, 28u);
+  ASSERT_EQ(now.recent.size(), 2u);
+  EXPECT_EQ(now.recent[1].state, "completed");
+  EXPECT_EQ(activity_of(now), WorkerPhase::kData);
+  // One that is still running puts it in that collective; completed stops before it.
+  writer.write(29, "broadcast", 8, "int64", clock.now());
+  latest = board.latest();
+  EXPECT_EQ(latest[0].report.phase, WorkerPhase::kCollective);
+  EXPECT_EQ(latest[0].report.last_completed, 28u);
+  EXPECT_EQ(latest[0].report.last_enqueued, 29u);
+  // On another group, one that returned is no open collective either.
+  writer.write(4, "all_gather", 64, "float32", clock.now(), "1");
+  writer.returned(4);  // the fourth announcement
+  latest = board.latest();
+  ASSERT_EQ(latest[0].report.subgroups.size(), 1u);
+  const SubgroupProgress& group = latest[0].report.subgroups[0];
+  EXPECT_FALSE(group.open);
+  EXPECT_EQ(group.last_enqueued, 4u);
+  EXPECT_EQ(group.last_completed, 4u);
+  EXPECT_EQ(group.recent.at(0).state, "completed");
 }
 
 TEST_F(BoardWithAnnouncements, AnnouncedCollectivesOfOtherGroupsOpenThere) {

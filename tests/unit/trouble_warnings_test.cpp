@@ -100,6 +100,20 @@ TEST(PhaseHistory, KeepsTheLastHeartbeatsAndTheirShares) {
   EXPECT_EQ(h.size(), 0);
 }
 
+TEST(PhaseHistory, TheLastFewAreAHistoryOfTheirOwn) {
+  PhaseHistory h;
+  for (int i = 0; i < 40; ++i) h.add(WorkerPhase::kCollective);
+  for (int i = 0; i < 5; ++i) h.add(WorkerPhase::kData);
+  EXPECT_EQ(h.added(), 45u);
+  const PhaseHistory newest = h.last(6);
+  EXPECT_EQ(newest.size(), 6);
+  EXPECT_EQ(newest.count(WorkerPhase::kData), 5);
+  EXPECT_EQ(newest.count(WorkerPhase::kCollective), 1);
+  EXPECT_EQ(newest.dominant(), WorkerPhase::kData);
+  EXPECT_EQ(h.last(1000).size(), PhaseHistory::kCapacity);
+  EXPECT_EQ(h.last(0).size(), 0);
+}
+
 TEST(PhaseHistory, AnOpenCollectiveIsWaitingWhateverThePhase) {
   EXPECT_EQ(activity_of(beat(0, 3, WorkerPhase::kBackward, 0, true)), WorkerPhase::kCollective);
   EXPECT_EQ(activity_of(beat(0, 3, WorkerPhase::kBackward, 0, false)), WorkerPhase::kBackward);
@@ -125,6 +139,72 @@ TEST(TroubleWarnings, StragglerIsNamedOnceWithWhatItAndTheOthersDid) {
   h.steps(4, 6, 40, 2, WorkerPhase::kOther);
   EXPECT_EQ(h.given.size(), 1u) << "given once per generation";
   EXPECT_EQ(h.warnings.given(), 1u);
+}
+
+// A Python rank under DDP waits for the others inside backward, where the
+// companion cannot tell the wait from the compute: its busy time includes
+// the wait, so every rank's looks alike. The sync span of each (the time in
+// DDP's forward and backward) tells them apart: the rank the others wait for
+// waits least there, and only that least span counts as work.
+TEST(TroubleWarnings, AStragglerUnderDdpIsFoundByItsSyncSpan) {
+  Harness h(3);
+  const auto ddp_beat = [](int rank, int64_t step, WorkerPhase phase, double busy, double sync) {
+    RankReport r = beat(rank, step, phase, busy);
+    r.sync_seconds = sync;
+    return r;
+  };
+  for (int s = 1; s <= 5; ++s) {
+    h.round(3, [&](int r) {
+      // Rank 1 reads its data for 0.20 s; ranks 0 and 2 wait that long in backward.
+      h.warnings.on_heartbeat(r == 1 ? ddp_beat(r, s, WorkerPhase::kData, 0.23, 0.02)
+                                     : ddp_beat(r, s, WorkerPhase::kBackward, 0.23, 0.22),
+                              h.clock.now());
+    });
+  }
+  ASSERT_EQ(h.given.size(), 1u);
+  const TroubleWarning& w = h.given[0];
+  EXPECT_EQ(w.rank, 1);
+  EXPECT_DOUBLE_EQ(w.value, 0.23);               // 0.21 outside DDP + the least span, 0.02
+  EXPECT_NEAR(w.others, 0.03, 1e-12);            // 0.01 outside DDP + 0.02
+  EXPECT_THAT(w.summary, HasSubstr("rank 1 is a straggler: busy 0.23 s per step, the others 30.0 ms (median)"));
+  EXPECT_THAT(w.summary, HasSubstr("its heartbeats found it in phase data 100% of the time"));
+}
+
+// Without the span, the same figures name nobody; and ranks whose spans
+// differ only by compute jitter are not stragglers either.
+TEST(TroubleWarnings, SyncSpansOfBalancedRanksNameNobody) {
+  Harness h(3);
+  for (int s = 1; s <= 20; ++s) {
+    h.round(3, [&](int r) {
+      RankReport without = beat(r, s, WorkerPhase::kBackward, 0.23);
+      h.warnings.on_heartbeat(without, h.clock.now());
+    });
+  }
+  EXPECT_TRUE(h.given.empty());
+  Harness balanced(3);
+  for (int s = 1; s <= 20; ++s) {
+    balanced.round(3, [&](int r) {
+      RankReport rep = beat(r, s, WorkerPhase::kBackward, 0.05 + 0.01 * r);
+      rep.sync_seconds = 0.04 + 0.01 * r;   // rank 2 computes a little slower in backward
+      balanced.warnings.on_heartbeat(rep, balanced.clock.now());
+    });
+  }
+  EXPECT_TRUE(balanced.given.empty());
+}
+
+// A rank that falls behind after a long lock-step run: its story tells of
+// its slow steps (data), not of the half minute before, when it waited in
+// the collectives like every rank.
+TEST(TroubleWarnings, AStragglersStoryTellsOnlyOfItsSlowSteps) {
+  Harness h(3);
+  for (int s = 1; s <= 30; ++s) {
+    h.round(3, [&](int r) { h.warnings.on_heartbeat(beat(r, s, WorkerPhase::kBackward, 0.03, true), h.clock.now()); });
+  }
+  h.steps(3, 31, 36, 2, WorkerPhase::kData, 0.5);
+  ASSERT_EQ(h.given.size(), 1u);
+  EXPECT_THAT(h.given[0].summary, HasSubstr("its heartbeats found it in phase data 100% of the time, the others "
+                                            "waited in a collective 100% of theirs"));
+  EXPECT_EQ(h.given[0].look_at, "the DataLoader workers of rank 2 and the storage its node reads from");
 }
 
 // The hint follows what the slow rank's heartbeats mostly found it doing.

@@ -70,6 +70,7 @@ def activate():
     collectives.checkpoint_sender = agent.eager_waiting
     if agent.announcements is not None:
         collectives.announcer = agent.announcements.write
+        collectives.returned = agent.announcements.returned
     torch_hooks.install()
     # `import ddplaunch` in the script (should_stop()), unless a module of
     # that name is imported already.

@@ -5,11 +5,15 @@ costs tens, and what is written survives the process, so a rank that dies
 inside a mismatched collective has still said which one it entered.
 
 The layout (launcher/src/companion/collective_announcements.h) is
-  header: b"DDPA", u32 version 2, u64 count of announcements so far
+  header: b"DDPA", u32 version 3, u64 count of announcements so far
   16 entries of 120 bytes, entry n (1-based) at slot (n - 1) % 16:
-    u64 n, u64 sequence, i64 bytes, u64 CLOCK_MONOTONIC ns, op[24], dtype[16], group[48]
+    u64 n (its top bit set once the call returned), u64 sequence, i64 bytes,
+    u64 CLOCK_MONOTONIC ns, op[24], dtype[16], group[48]
 (group: b"" for the default group, else the process group's name, whose own
-count the sequence is). Each entry is written before the count that publishes it."""
+count the sequence is). Each entry is written before the count that publishes it.
+The top bit tells the agent that a collective announced after the last
+heartbeat has finished: the rank is not in it any more (it may be reading
+its next batch)."""
 
 import itertools
 import mmap
@@ -17,7 +21,7 @@ import os
 import struct
 
 MAGIC = b"DDPA"
-VERSION = 2
+VERSION = 3
 SLOTS = 16
 HEADER = struct.Struct("<4sIQ")
 ENTRY = struct.Struct("<QQqQ24s16s48s")
@@ -25,6 +29,7 @@ GROUP_BYTES = 48   # longer group names are cut to this, in heartbeats too
 SIZE = HEADER.size + SLOTS * ENTRY.size
 COUNT = struct.Struct("<Q")
 COUNT_OFFSET = 8
+RETURNED = 1 << 63
 
 
 class Announcements(object):
@@ -53,7 +58,7 @@ class Announcements(object):
     def write(self, sequence, op, nbytes, dtype, started, group=""):
         """op: its ASCII name; dtype: its name; started: time.perf_counter()
         (CLOCK_MONOTONIC) when the collective began; group: "" on the default
-        group, else the group's name."""
+        group, else the group's name. Returns the announcement's number."""
         n = next(self.numbers)
         names = self._names
         dtype_bytes = names.get(dtype)
@@ -66,6 +71,13 @@ class Announcements(object):
                         int(started * 1e9), op, dtype_bytes, group_bytes)
         COUNT.pack_into(self.map, COUNT_OFFSET, n)
         self.written = n
+        return n
+
+    def returned(self, n):
+        """Announcement n's call returned (a synchronous one: an asynchronous
+        one's Work may still run). Left alone once the ring went past it."""
+        if self.written - n < SLOTS:
+            COUNT.pack_into(self.map, HEADER.size + ((n - 1) % SLOTS) * ENTRY.size, n | RETURNED)
 
 
 def create(socket_path, pid):

@@ -27,6 +27,7 @@ COLLECTIVES = {
 eager_sender = None   # set by activation: sends a heartbeat from the calling thread
 checkpoint_sender = None   # set by activation: the same, waiting a little for the channel
 announcer = None      # set by activation: announcements.Announcements.write
+returned = None       # set with it: announcements.Announcements.returned
 _inside = set()       # threads inside a wrapped collective: nested calls count once
 _dtype_names = {}
 
@@ -85,15 +86,17 @@ def _collective_wrapper(op, Tensor):
             S.open_depth += 1
             COLLECTIVE.depth += 1
             stack.append(COLLECTIVE)
+            announced = 0
             if S.sending and announcer is not None:
                 # The agent learns what we entered before we may hang or die in
                 # it: a rank that aborts inside a mismatched collective is then
                 # still compared with the others.
                 if rec is not None:
-                    announcer(rec[SEQ], op_bytes, rec[BYTES], rec[DTYPE], t0)
+                    announced = announcer(rec[SEQ], op_bytes, rec[BYTES], rec[DTYPE], t0)
                 elif sub is not None:
                     g, r = sub
-                    announcer(r[subgroups.SEQ], op_bytes, r[subgroups.BYTES], r[subgroups.DTYPE], t0, g.name)
+                    announced = announcer(r[subgroups.SEQ], op_bytes, r[subgroups.BYTES], r[subgroups.DTYPE], t0,
+                                          g.name)
             try:
                 result = fn(*args, **kwargs)
             except BaseException:
@@ -112,6 +115,8 @@ def _collective_wrapper(op, Tensor):
                 # async_op=True: finished when its Work is (polled by the heartbeat)
                 is_async = args[async_at] if len(args) > async_at else kwargs.get("async_op")
                 work = result if is_async else None
+                if announced and work is None:
+                    returned(announced)
                 if sub is not None:
                     subgroups.leave(sub, False, work)
                 elif rec[STATUS] == "started":

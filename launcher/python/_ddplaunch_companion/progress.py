@@ -38,7 +38,8 @@ class State(object):
     __slots__ = ("sending", "stack", "open_depth", "open_since", "open_fb", "fb_ranges",
                  "fb_from", "records", "pending", "seen", "pg", "seq_fn", "base", "own_seq", "last_seq",
                  "steps", "opt_id", "fwd_count", "t_step", "step_seconds", "busy_seconds",
-                 "coll_seconds", "coll_at_step", "torch", "group_seen", "ddp_groups", "activity")
+                 "coll_seconds", "coll_at_step", "fb_t0", "fb_coll0", "fb_seconds", "fb_at_step",
+                 "sync_seconds", "torch", "group_seen", "ddp_groups", "activity")
 
     def __init__(self):
         self.sending = False          # this is the claimed, connected rank process
@@ -69,6 +70,16 @@ class State(object):
         self.busy_seconds = 0.0
         self.coll_seconds = 0.0       # total time inside wrapped collectives
         self.coll_at_step = 0.0
+        # DDP's own waits for the other ranks (its bucket all-reduces, in C++)
+        # happen inside forward/backward, mixed with their compute: time there
+        # (less wrapped collectives in it) is reported apart, as sync_seconds,
+        # and the agent's straggler rule takes the least of it across ranks as
+        # the compute (launcher/src/health/trouble_warnings.h).
+        self.fb_t0 = 0.0              # when the outermost forward/backward began
+        self.fb_coll0 = 0.0           # ... and coll_seconds then
+        self.fb_seconds = 0.0         # total time inside them, less wrapped collectives
+        self.fb_at_step = 0.0
+        self.sync_seconds = 0.0       # the last step's share of fb_seconds (with DDP: 0 without)
         self.torch = None             # torch.__version__ once torch is imported
         self.ddp_groups = []          # subgroups.Group of each non-default group a DDP module runs on
         # Phases that returned so far (data batches, forwards, backwards, steps,
@@ -149,6 +160,7 @@ def leave(phase):
             S.open_depth -= 1
             return
         if S.open_fb:
+            S.fb_seconds += perf() - S.fb_t0 - (S.coll_seconds - S.fb_coll0)
             if not S.fb_from:
                 # What DDP issued in there ends where the counter is next read
                 # (a recorded collective or a heartbeat): no call into torch here.
@@ -186,8 +198,11 @@ def _step_done(S, now):
         dt = now - S.t_step
         S.step_seconds = dt
         S.busy_seconds = max(0.0, dt - (S.coll_seconds - S.coll_at_step))
+        # Only DDP synchronises in there (forward counts only DDP's: fwd_count).
+        S.sync_seconds = min(S.busy_seconds, S.fb_seconds - S.fb_at_step) if S.fwd_count else 0.0
     S.t_step = now
     S.coll_at_step = S.coll_seconds
+    S.fb_at_step = S.fb_seconds
 
 
 def steps_done():
@@ -246,7 +261,7 @@ def build_heartbeat(exiting=False):
     except IndexError:
         phase = "other"
     msg = {"type": "heartbeat", "step": step, "phase": phase,
-           "step_seconds": S.step_seconds, "busy_seconds": S.busy_seconds,
+           "step_seconds": S.step_seconds, "busy_seconds": S.busy_seconds, "sync_seconds": S.sync_seconds,
            "last_enqueued": top, "last_started": top, "last_completed": completed,
            "recent": recent, "exiting": bool(exiting), "torch": S.torch, "activity": S.activity}
     try:

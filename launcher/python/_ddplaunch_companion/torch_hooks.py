@@ -44,6 +44,7 @@ def _phase_wrapper(phase, after=None, nested_passes=False, tell_at_once=False):
     stack = S.stack
     opens = phase.opens
     current_seq = progress.current_seq
+    perf = progress.perf
     W = wrapping
 
     def make(fn):
@@ -58,6 +59,8 @@ def _phase_wrapper(phase, after=None, nested_passes=False, tell_at_once=False):
                     # last known count is exact.
                     S.open_since = current_seq() if S.fb_from else S.last_seq
                     S.open_fb = True
+                    S.fb_t0 = perf()
+                    S.fb_coll0 = S.coll_seconds
                     if S.ddp_groups:   # DDP modules on other groups issue there too
                         subgroups.ddp_phase_opened()
                 S.open_depth += 1

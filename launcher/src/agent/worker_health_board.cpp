@@ -42,10 +42,12 @@ SubgroupProgress& subgroup_entry(RankReport& r, const std::string& group, uint64
 }
 
 // Adds to `forwarded` the collectives its rank announced after its report
-// was made (started, and newer than anything the report has): on the
-// default group to its recent record, on another group to that group's
-// recent record and as its open collective. The newest of them
-// then dates the report, so every age is restated as of that moment.
+// was made (newer than anything the report has): on the default group to
+// its recent record, on another group to that group's recent record and,
+// while its call runs, as its open collective. One still running puts the
+// rank in phase collective; ones that returned leave the report's phase
+// (the rank went on to something else since). The newest of them then
+// dates the report, so every age is restated as of that moment.
 void add_announced(const CollectiveAnnouncements& announcements, SteadyTime now, ForwardedReport& forwarded) {
   constexpr size_t kMaxRecent = 64;       // as many as a heartbeat carries at most
   constexpr size_t kMaxGroupRecent = 16;  // ... of a subgroup
@@ -57,7 +59,6 @@ void add_announced(const CollectiveAnnouncements& announcements, SteadyTime now,
     added.push_back(std::move(c));          // ages as of now, for the moment
   }
   if (added.empty()) return;
-  r.phase = WorkerPhase::kCollective;
   const Duration held = std::min(forwarded.held, added.back().age);  // the rank was alive then
   const Duration older = forwarded.held - held;
   for (CollectiveSeen& c : r.recent) c.age += older;
@@ -67,19 +68,28 @@ void add_announced(const CollectiveAnnouncements& announcements, SteadyTime now,
   }
   for (AnnouncedCollective& c : added) {
     c.age -= held;
+    const bool returned = c.state == "completed";
+    if (!returned) r.phase = WorkerPhase::kCollective;
     if (c.group.empty()) {
+      // Completed up to it where nothing before it is still open.
+      if (returned && r.last_completed >= r.last_enqueued) r.last_completed = c.sequence;
       r.last_enqueued = r.last_started = c.sequence;
       r.recent.push_back(std::move(c));
       continue;
     }
-    // The one it entered last is the one it is in now: the report's open one
-    // (caught by a heartbeat made several collectives ago) has returned since,
-    // unless it was asynchronous.
+    // The one it entered last is the one it is in now, if its call still
+    // runs: the report's open one (caught by a heartbeat made several
+    // collectives ago) has returned since, unless it was asynchronous.
     SubgroupProgress& g = subgroup_entry(r, c.group, c.sequence);
     g.last_enqueued = std::max(g.last_enqueued, c.sequence);
-    g.last_completed = std::min(g.last_completed, c.sequence - 1);
-    g.open = static_cast<CollectiveSeen>(c);
-    g.recent.push_back(*g.open);
+    if (returned) {
+      g.open.reset();
+      g.last_completed = std::max(g.last_completed, c.sequence);
+    } else {
+      g.last_completed = std::min(g.last_completed, c.sequence - 1);
+      g.open = static_cast<CollectiveSeen>(c);
+    }
+    g.recent.push_back(c);
     if (g.recent.size() > kMaxGroupRecent) g.recent.erase(g.recent.begin());
   }
   forwarded.held = held;

@@ -15,7 +15,7 @@ namespace ddp {
 namespace {
 
 constexpr char kMagic[4] = {'D', 'D', 'P', 'A'};
-constexpr uint32_t kVersion = 2;
+constexpr uint32_t kVersion = 3;
 constexpr size_t kOpBytes = 24;
 constexpr size_t kDtypeBytes = 16;
 constexpr size_t kGroupBytes = 48;
@@ -98,7 +98,8 @@ std::vector<AnnouncedCollective> CollectiveAnnouncements::since(uint64_t after, 
     std::memcpy(copy, e, kEntryBytes);
     __atomic_thread_fence(__ATOMIC_ACQUIRE);
     // Overwritten while we copied it (the companion went round the ring)?
-    if (load_u64(copy) != n || load_count(data_) >= n + kSlots) continue;
+    const uint64_t own = load_u64(copy);
+    if ((own & ~kReturnedBit) != n || load_count(data_) >= n + kSlots) continue;
     AnnouncedCollective c;
     c.sequence = load_u64(copy + 8);
     const auto bytes = static_cast<int64_t>(load_u64(copy + 16));
@@ -112,7 +113,7 @@ std::vector<AnnouncedCollective> CollectiveAnnouncements::since(uint64_t after, 
     c.dtype = name_field(copy + 32 + kOpBytes, kDtypeBytes);
     const unsigned char* group = copy + 32 + kOpBytes + kDtypeBytes;
     c.group = name_field(group, kGroupBytes);
-    c.state = "started";
+    c.state = (own & kReturnedBit) != 0 ? "completed" : "started";
     // A group name we cannot read must not pass for the default group.
     if (c.sequence == 0 || c.op.empty() || (c.group.empty() && group[0] != 0)) continue;
     out.push_back(std::move(c));

@@ -7,11 +7,15 @@
 // what is in the mapping outlives the process: a rank that aborts inside a
 // mismatched collective has still said which one it entered.
 //
-// The file (little-endian, written only by the companion, layout version 2):
+// The file (little-endian, written only by the companion, layout version 3):
 //   header, 16 bytes:  "DDPA" | u32 version | u64 count (announcements so far)
 //   kSlots entries of 120 bytes each, entry n (1-based) at slot (n-1) % kSlots:
 //     u64 n | u64 sequence | i64 bytes | u64 started (CLOCK_MONOTONIC ns)
 //     | char op[24] | char dtype[16] | char group[48]   (NUL-padded names)
+//   n's top bit (kReturnedBit) is set once the synchronous call returned:
+//   the rank is no longer in that collective (without it, a rank announcing
+//   a collective each step would read as waiting in one after every
+//   heartbeat, whatever it does most of its time).
 // group is empty for the default group; else the process group's name (the
 // sequence then counts that group's collectives, SubgroupProgress).
 // The companion writes an entry, then the count. A reader that sees count c
@@ -57,9 +61,12 @@ class CollectiveAnnouncements {
 
   /// How many announcements have been written.
   uint64_t count() const;
+  static constexpr uint64_t kReturnedBit = uint64_t{1} << 63;
+
   /// The announcements numbered above `after` that are still in the file,
-  /// oldest first: state "started", age as of `now` (a SteadyTime of the
-  /// system clock, which is CLOCK_MONOTONIC like the stamps).
+  /// oldest first: state "started" ("completed" once its call returned),
+  /// age as of `now` (a SteadyTime of the system clock, which is
+  /// CLOCK_MONOTONIC like the stamps).
   std::vector<AnnouncedCollective> since(uint64_t after, SteadyTime now) const;
 
  private:

@@ -176,6 +176,7 @@ std::optional<RankReport> parse_companion_heartbeat(const std::string& text, con
   r.phase = phase_from_string(text_field(*j, "phase"));
   r.step_seconds = seconds_field(*j, "step_seconds");
   r.busy_seconds = seconds_field(*j, "busy_seconds");
+  r.sync_seconds = std::min(seconds_field(*j, "sync_seconds"), r.busy_seconds);
   r.last_enqueued = sequence_field(*j, "last_enqueued");
   r.last_started = sequence_field(*j, "last_started");
   r.last_completed = sequence_field(*j, "last_completed");

@@ -7,7 +7,7 @@
 // Companion -> agent, one JSON object per message:
 //   {"type":"hello","version":1,"job_id","token","rank","local_rank","generation","pid","python","torch",
 //    "announcements"}   (the file of collective_announcements.h, if it made one)
-//   {"type":"heartbeat","step","phase","step_seconds","busy_seconds","last_enqueued","last_started",
+//   {"type":"heartbeat","step","phase","step_seconds","busy_seconds","sync_seconds","last_enqueued","last_started",
 //    "last_completed","recent":[{"sequence","op","bytes","dtype","state","age_ms"}],"exiting","torch",
 //    "announced","activity"}
 //   {"type":"stacks","threads":[{"name","main","frames":[{"function","file","line","code"}]}]}

@@ -57,6 +57,7 @@ inline RankReport from_proto(const ::ddplaunch::v1::WorkerHeartbeat& hb, int nod
   r.phase = phase_from_string(hb.phase());
   r.step_seconds = hb.step_seconds();
   r.busy_seconds = hb.busy_seconds();
+  r.sync_seconds = hb.sync_seconds();
   r.last_enqueued = hb.last_enqueued();
   r.last_started = hb.last_started();
   r.last_completed = hb.last_completed();
@@ -87,6 +88,7 @@ inline void to_proto(const RankReport& r, Duration held, ::ddplaunch::v1::Worker
   hb.set_phase(to_string(r.phase));
   hb.set_step_seconds(r.step_seconds);
   hb.set_busy_seconds(r.busy_seconds);
+  hb.set_sync_seconds(r.sync_seconds);
   hb.set_last_enqueued(r.last_enqueued);
   hb.set_last_started(r.last_started);
   hb.set_last_completed(r.last_completed);

@@ -1,5 +1,7 @@
 #include "health/phase_history.h"
 
+#include <algorithm>
+
 namespace ddp {
 
 int PhaseHistory::index(WorkerPhase p) {
@@ -17,6 +19,17 @@ void PhaseHistory::add(WorkerPhase activity) {
   ring_[next_] = static_cast<uint8_t>(i);
   ++counts_[static_cast<size_t>(i)];
   next_ = static_cast<uint8_t>((next_ + 1) % kCapacity);
+  ++added_;
+}
+
+PhaseHistory PhaseHistory::last(int n) const {
+  PhaseHistory out;
+  const int kept = n < size_ ? std::max(n, 0) : size_;
+  for (int k = kept; k > 0; --k) {
+    out.add(static_cast<WorkerPhase>(ring_[static_cast<size_t>((next_ + kCapacity - k) % kCapacity)]));
+  }
+  out.added_ = added_;
+  return out;
 }
 
 WorkerPhase PhaseHistory::dominant() const {

@@ -26,6 +26,10 @@ class PhaseHistory {
 
   /// Heartbeats kept (at most kCapacity).
   int size() const { return size_; }
+  /// Heartbeats added so far, kept or not.
+  uint64_t added() const { return added_; }
+  /// The history of only the last `n` heartbeats kept (all where n >= size()).
+  PhaseHistory last(int n) const;
   int count(WorkerPhase activity) const { return counts_[index(activity)]; }
   /// The activity seen most often (the earlier in WorkerPhase's order on a
   /// tie); kUnknown when empty.
@@ -38,6 +42,7 @@ class PhaseHistory {
   std::array<uint8_t, kActivities> counts_{};
   uint8_t next_ = 0;  // where the next heartbeat goes
   uint8_t size_ = 0;
+  uint64_t added_ = 0;
 };
 
 }  // namespace ddp

@@ -64,6 +64,11 @@ struct RankReport {
   WorkerPhase phase = WorkerPhase::kUnknown;
   double step_seconds = 0;         // the last finished step's duration, 0: unknown
   double busy_seconds = 0;         // ... less its waits for other ranks, 0: unknown
+  /// Of busy_seconds, the time in spans where waits for other ranks hide
+  /// among the work (DDP's forward and backward, seen by the Python
+  /// companion): the straggler rule takes the least of it across ranks as
+  /// the work (trouble_warnings.h). 0: none.
+  double sync_seconds = 0;
   uint64_t last_enqueued = 0;      // flight-record sequence numbers
   uint64_t last_started = 0;
   uint64_t last_completed = 0;

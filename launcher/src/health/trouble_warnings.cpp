@@ -123,6 +123,7 @@ void TroubleWarnings::on_heartbeat(const RankReport& r, SteadyTime received) {
   // slowest one's, and only the busy time tells the straggler apart.
   t.busy_measured = r.busy_seconds > 0;
   t.busy = t.busy_measured ? r.busy_seconds : r.step_seconds;
+  t.sync = t.busy_measured ? std::clamp(r.sync_seconds, 0.0, t.busy) : 0;
   t.new_step = true;
   any_new_step_ = true;
   mark(r.rank);
@@ -193,30 +194,47 @@ std::vector<TroubleWarning> TroubleWarnings::check(const Describe& describe) {
   return out;
 }
 
+double TroubleWarnings::least_sync() const {
+  double least = 0;
+  for (const RankTrack& t : ranks_) {
+    if (!t.exited && t.busy > 0 && t.sync > 0 && (least == 0 || t.sync < least)) least = t.sync;
+  }
+  return least;
+}
+
 void TroubleWarnings::check_stragglers(const Describe& describe, std::vector<TroubleWarning>& out) {
+  // A sync span beyond the least one is a wait for the others, not work.
+  const double work_in_sync = least_sync();
+  const auto busy = [work_in_sync](const RankTrack& t) {
+    return t.sync > 0 ? t.busy - t.sync + work_in_sync : t.busy;
+  };
   std::vector<double>& all = sorted_;
   all.clear();
   for (const RankTrack& t : ranks_) {
-    if (!t.exited && t.busy > 0) all.push_back(t.busy);
+    if (!t.exited && t.busy > 0) all.push_back(busy(t));
   }
   std::sort(all.begin(), all.end());
   const int needed = std::max(config_.straggler_heartbeats, 1);
   for (int rank : dirty_) {
     RankTrack& t = ranks_[static_cast<size_t>(rank)];
     if (!t.new_step || t.exited || t.busy <= 0) continue;
-    const std::optional<double> median = median_without(all, t.busy);
+    const double mine = busy(t);
+    const std::optional<double> median = median_without(all, mine);
     if (!median) continue;
-    t.slow_steps = t.busy > config_.straggler_factor * *median ? t.slow_steps + 1 : 0;
+    const bool slow = mine > config_.straggler_factor * *median;
+    t.slow_steps = slow ? t.slow_steps + 1 : 0;
+    if (!slow) t.slow_from = t.phases.added();
     if (t.slow_steps < needed || (t.warned & bit(TroubleKind::kStraggler)) != 0) continue;
     TroubleWarning w;
     w.kind = TroubleKind::kStraggler;
     w.rank = rank;
-    w.value = t.busy;
+    w.value = mine;
     w.others = *median;
-    const auto [story, look_at] = phase_story(rank);
+    const auto [story, look_at] = phase_story(rank, static_cast<int>(std::min<uint64_t>(
+                                                        t.phases.added() - t.slow_from, PhaseHistory::kCapacity)));
     w.summary = fmt::format("{} is a straggler: {} {} per step, the others {} (median), above {:g}x for "
                             "{} consecutive steps{}",
-                            describe(rank), t.busy_measured ? "busy" : "steps of", step_time(t.busy), step_time(*median),
+                            describe(rank), t.busy_measured ? "busy" : "steps of", step_time(mine), step_time(*median),
                             config_.straggler_factor, t.slow_steps, story);
     w.look_at = look_at;
     give(std::move(w), out);
@@ -304,8 +322,8 @@ void TroubleWarnings::check_gpus(int rank, const Describe& describe, std::vector
   }
 }
 
-std::pair<std::string, std::string> TroubleWarnings::phase_story(int rank) const {
-  const PhaseHistory& mine = ranks_[static_cast<size_t>(rank)].phases;
+std::pair<std::string, std::string> TroubleWarnings::phase_story(int rank, int beats) const {
+  const PhaseHistory mine = ranks_[static_cast<size_t>(rank)].phases.last(beats);
   if (mine.size() < kMinHistory) return {"", look_at_for(WorkerPhase::kUnknown, rank)};
   const WorkerPhase dominant = mine.dominant();
   const double share = 100.0 * mine.count(dominant) / mine.size();
@@ -318,8 +336,9 @@ std::pair<std::string, std::string> TroubleWarnings::phase_story(int rank) const
   int64_t waiting = 0;
   for (size_t i = 0; i < ranks_.size(); ++i) {
     if (static_cast<int>(i) == rank || ranks_[i].exited) continue;
-    seen += ranks_[i].phases.size();
-    waiting += ranks_[i].phases.count(WorkerPhase::kCollective);
+    const PhaseHistory theirs = ranks_[i].phases.last(beats);
+    seen += theirs.size();
+    waiting += theirs.count(WorkerPhase::kCollective);
   }
   if (seen > 0) {
     story += fmt::format(", the others waited in a collective {:.0f}% of theirs",

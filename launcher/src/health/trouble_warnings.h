@@ -7,7 +7,11 @@
 // The rules (thresholds in TroubleConfig; README "Warnings" lists them):
 //  - straggler: a rank whose busy time per step (its step time where the
 //    worker does not report busy time) stays above straggler_factor x the
-//    median of the others' for straggler_heartbeats consecutive new steps;
+//    median of the others' for straggler_heartbeats consecutive new steps.
+//    Where ranks report a sync span (RankReport::sync_seconds: DDP's forward
+//    and backward, where a Python rank waits for the others unseen), only
+//    the least span across ranks counts as busy: the rank the others wait
+//    for waits least there, so its span is the work every rank does;
 //  - gpu_underused: a rank whose GPU utilisation (the mean of its GPUs) stays
 //    below gpu_low_fraction x the median of the others' (and at least
 //    gpu_low_gap points below it) for gpu_low_samples consecutive samples.
@@ -151,8 +155,13 @@ class TroubleWarnings {
     int64_t step = -1;
     double busy = 0;        // the last step's busy (or step) seconds; 0: unknown
     bool busy_measured = false;  // busy seconds (not step seconds) reported
+    double sync = 0;        // of busy, its sync span (RankReport::sync_seconds); 0: none
     bool new_step = false;  // since the last check
     int slow_steps = 0;
+    /// phases.added() at its last step that was not slow: a straggler's
+    /// story tells only of the heartbeats since, not of the time before
+    /// it fell behind.
+    uint64_t slow_from = 0;
     std::optional<SteadyTime> sample_at;  // when the last sample taken in was taken
     std::optional<double> gpu_util;  // mean over its GPUs in the latest sample
     bool new_sample = false;
@@ -165,10 +174,13 @@ class TroubleWarnings {
 
   void mark(int rank);
   void check_stragglers(const Describe& describe, std::vector<TroubleWarning>& out);
+  /// The least sync span of the ranks that report one (0: none does).
+  double least_sync() const;
   void check_gpu_use(const Describe& describe, std::vector<TroubleWarning>& out);
   void check_gpus(int rank, const Describe& describe, std::vector<TroubleWarning>& out);
-  /// "its heartbeats found it in phase data 80% of the time, the others ...", and the hint.
-  std::pair<std::string, std::string> phase_story(int rank) const;
+  /// "its heartbeats found it in phase data 80% of the time, the others ...", and the hint;
+  /// over the last `beats` heartbeats of each rank (all that are kept by default).
+  std::pair<std::string, std::string> phase_story(int rank, int beats = PhaseHistory::kCapacity) const;
   void give(TroubleWarning w, std::vector<TroubleWarning>& out);
   bool active(int rank) const;
 

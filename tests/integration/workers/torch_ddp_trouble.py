@@ -8,6 +8,9 @@ and all-reduces the loss for logging.
 
   --trouble KIND@STEP:RANK   what goes wrong, on which rank, at which step:
       data-hang     the rank blocks in its data loading (time.sleep in Dataset.__getitem__)
+      slow-data     from STEP on, the rank's data loading takes --slow-seconds more per batch
+                    (time.sleep in Dataset.__getitem__), as on a slow disk: the others
+                    wait for it in DDP's backward every step, a straggler, not a hang
       skip          the rank skips the loss all_reduce at STEP, then every rank enters a
                     barrier at the end: the others wait in the all_reduce it skipped
       size          the rank all-reduces a tensor of a different size at STEP
@@ -50,6 +53,7 @@ and all-reduces the loss for logging.
   --worker-start M  how the DataLoader starts its workers: fork (default), spawn, forkserver
   --eval-seconds S  long-eval's evaluation pass (default 8)
   --save-seconds S  how long slow-save's write takes (default 8)
+  --slow-seconds S  slow-data's extra time per batch (default 0.2)
 
 Just before the trouble the rank prints to stderr, flushed:
   torch_ddp_trouble: KIND at step N (rank R)
@@ -68,8 +72,9 @@ import torch.distributed as dist
 import torch.nn as nn
 from torch.utils.data import DataLoader, Dataset
 
-TROUBLES = ("data-hang", "skip", "size", "raise", "segfault", "gil-hang", "loader-crash", "loader-segfault",
-            "subgroup-skip", "subgroup-size", "subgroup-dtype", "long-eval", "slow-save", "stalled-save", "program-hang")
+TROUBLES = ("data-hang", "slow-data", "skip", "size", "raise", "segfault", "gil-hang", "loader-crash",
+            "loader-segfault", "subgroup-skip", "subgroup-size", "subgroup-dtype", "long-eval", "slow-save",
+            "stalled-save", "program-hang")
 SUBGROUP_TROUBLES = ("subgroup-skip", "subgroup-size", "subgroup-dtype")
 
 
@@ -95,12 +100,14 @@ def announce(kind, step, rank):
 
 
 class Batches(Dataset):
-    """Random batches; item `stall_at` blocks (data-hang), `crash_at` raises
-    (loader-crash), `segfault_at` ends the worker by SIGSEGV (loader-segfault)."""
+    """Random batches; item `stall_at` blocks (data-hang), items from `slow_from` on
+    take `slow_seconds` more (slow-data), `crash_at` raises (loader-crash),
+    `segfault_at` ends the worker by SIGSEGV (loader-segfault)."""
 
-    def __init__(self, rank, steps, stall_at=-1, crash_at=-1, segfault_at=-1):
+    def __init__(self, rank, steps, stall_at=-1, crash_at=-1, segfault_at=-1, slow_from=-1, slow_seconds=0.0):
         self.rank, self.steps = rank, steps
         self.stall_at, self.crash_at, self.segfault_at = stall_at, crash_at, segfault_at
+        self.slow_from, self.slow_seconds = slow_from, slow_seconds
 
     def __len__(self):
         return self.steps
@@ -109,6 +116,10 @@ class Batches(Dataset):
         if index == self.stall_at:
             announce("data-hang", index, self.rank)
             time.sleep(3600)
+        if 0 <= self.slow_from <= index:
+            if index == self.slow_from:
+                announce("slow-data", index, self.rank)
+            time.sleep(self.slow_seconds)
         if index == self.crash_at:
             announce("loader-crash", index, self.rank)
             raise RuntimeError(f"corrupt sample {index}")
@@ -177,6 +188,7 @@ def main():
     ap.add_argument("--ddp-groups", action="store_true")
     ap.add_argument("--eval-seconds", type=float, default=8.0)
     ap.add_argument("--save-seconds", type=float, default=8.0)
+    ap.add_argument("--slow-seconds", type=float, default=0.2)
     args = ap.parse_args()
     kind, at, who = parse_trouble(args.trouble) if args.trouble else (None, -1, -1)
 
@@ -185,7 +197,8 @@ def main():
     data = Batches(rank, args.steps,
                    stall_at=at if rank == who and kind == "data-hang" else -1,
                    crash_at=at if rank == who and kind == "loader-crash" else -1,
-                   segfault_at=at if rank == who and kind == "loader-segfault" else -1)
+                   segfault_at=at if rank == who and kind == "loader-segfault" else -1,
+                   slow_from=at if rank == who and kind == "slow-data" else -1, slow_seconds=args.slow_seconds)
     workers = max(args.workers, 1) if kind in ("loader-crash", "loader-segfault") else args.workers
     loader = DataLoader(data, batch_size=None, num_workers=workers,
                         multiprocessing_context=args.worker_start if workers else None)
