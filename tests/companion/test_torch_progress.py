@@ -147,6 +147,36 @@ class TorchProgressTest(CompanionTestCase):
         conn, hello = self.accept_rank(rank0)
         return rank0, rank1, conn, hello
 
+    def ddp_step_figures(self, slow_rank):
+        """Rank 0's step and busy time, in a heartbeat after step 5 of a DDP
+        run where `slow_rank`'s backward computes 60 ms longer."""
+        init = self.tmp / "init"
+        env = self.rank_env(GLOO_SOCKET_IFNAME="lo")
+        rank0 = self.start("ddp_slow_backward.py", 0, init, slow_rank, 40, env=env)
+        rank1 = self.start("ddp_slow_backward.py", 1, init, slow_rank, 40,
+                           env=self.rank_env(companion=False, GLOO_SOCKET_IFNAME="lo"))
+        conn, _ = self.accept_rank(rank0)
+        hb = conn.wait_for(lambda m: heartbeat(m) and m["step"] >= 5 and m["step_seconds"] > 0, 60,
+                           "a heartbeat after step 5")
+        rank0.wait_line(lambda l: l == "done", 60, "done")
+        self.assertEqual(rank0.finish(), 0, rank0.stderr_text())
+        self.assertEqual(rank1.finish(), 0, rank1.stderr_text())
+        return hb
+
+    def test_ddps_wait_at_the_end_of_backward_is_not_busy_time(self):
+        # Rank 0 computes fast, then waits inside backward for rank 1's gradients:
+        # a wait, measured apart (backward_probe.py), so not its own work.
+        hb = self.ddp_step_figures(slow_rank=1)
+        self.assertGreater(hb["step_seconds"], 0.055, hb)
+        self.assertLess(hb["busy_seconds"], 0.5 * hb["step_seconds"], hb)
+        self.assertLessEqual(hb["sync_seconds"], hb["busy_seconds"], hb)
+
+    def test_a_rank_slow_in_backward_compute_is_busy(self):
+        # ... and the slow one's backward is its own work.
+        hb = self.ddp_step_figures(slow_rank=0)
+        self.assertGreater(hb["busy_seconds"], 0.055, hb)
+        self.assertLessEqual(hb["busy_seconds"], hb["step_seconds"], hb)
+
     def test_subgroup_collectives(self):
         # Calls on other groups are counted per group, apart from the default
         # group's sequence; a group this rank is no member of is not counted.

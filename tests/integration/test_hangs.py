@@ -416,12 +416,17 @@ class StatusTests(HangTestCase):
 
     def test_status_after_a_restart(self):
         launch, w = self.start_train(2, fault="hang@5:1", launcher_args=["--max-restarts=1"])
-        ok, doc, r = self._wait_status(
-            # (while generation 1 forms, state "rendezvous", the ranks listed may still be generation 0's)
-            lambda d: d.get("generation") == 1 and d.get("state") == "running" and
-            all((x.get("step") or 0) >= 1 for x in self.status_ranks(d).values()), 40)
+        listed_while_forming = []   # ranks shown in state "rendezvous": none runs then
+
+        def generation_1_stepping(d):
+            if d.get("state") == "rendezvous" and self.status_ranks(d):
+                listed_while_forming.append(d)
+            return d.get("generation") == 1 and d.get("state") == "running" and \
+                all((x.get("step") or 0) >= 1 for x in self.status_ranks(d).values())
+        ok, doc, r = self._wait_status(generation_1_stepping, 40)
         self.assertTrue(ok, f"status never showed generation 1: {doc} {r.stderr if r else ''}"
                         f"\n{w.launch.err_path.read_text(errors='replace')[-3000:]}")
+        self.assertEqual(listed_while_forming, [])
         self.assertEqual(doc["restarts_used"], 1)
         self.assertEqual(doc["max_restarts"], 1)
         self.assertEqual(doc["state"], "running")

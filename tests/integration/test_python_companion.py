@@ -509,16 +509,28 @@ class PythonLiveViewTests(PythonCompanionTestCase):
         the wait from the compute: every rank's step, and its busy time, look
         alike. Their time inside DDP's forward and backward tells them apart: a
         straggler warning names rank 2 (only), in phase data; nothing is stopped."""
-        launch, w = self.start_script("--trouble", "slow-data@5:2", "--step-sleep", "0.01")
+        self.assert_rank_2_is_the_straggler("slow-data", "data", "the DataLoader workers of rank 2")
+
+    def test_a_rank_slowed_in_its_backward_is_named_a_straggler(self):
+        """Rank 2's backward computes 0.2 s more from step 5 on, as on a throttled
+        device. The others wait for it at the end of DDP's backward, in the same
+        phase, and their time inside forward and backward is as long as its own.
+        The companion measures DDP's wait apart on one step per heartbeat: a
+        straggler warning names rank 2 (only), in phase backward."""
+        self.assert_rank_2_is_the_straggler("slow-backward", "backward", "rank 2's device")
+
+    def assert_rank_2_is_the_straggler(self, trouble, phase, look_at):
+        launch, w = self.start_script("--trouble", f"{trouble}@5:2", "--step-sleep", "0.01")
         hit = w.wait_for(STRAGGLER_RE, 60, "err")
         if hit is None:
             self.fail("no straggler warning" + self.finish(launch, 1).describe())
         self.assertIsNone(launch.proc.poll(), "a straggler is a warning: the job goes on")
-        self.assertEqual(hit[1].group(1, 2), ("2", "data"), hit[1].group(0))
+        self.assertEqual(hit[1].group(1, 2), ("2", phase), hit[1].group(0))
+        self.assertIn(f"look at: {look_at}", hit[1].string)
         # Five slow steps of about 0.2 s, each reported by a new heartbeat (0.5 s).
-        trouble = w.first(TROUBLE_RE, "err")
-        self.assertIsNotNone(trouble)
-        self.assertLess(hit[0] - trouble[0], 5 * HB + SLACK_S + 2.0, hit[1].group(0))
+        trouble_line = w.first(TROUBLE_RE, "err")
+        self.assertIsNotNone(trouble_line)
+        self.assertLess(hit[0] - trouble_line[0], 5 * HB + SLACK_S + 2.0, hit[1].group(0))
         os.killpg(launch.proc.pid, signal.SIGTERM)
         res, t_exit = self.finish_watched(launch, w, 30)
         self.assertIsNotNone(t_exit, res.describe())

@@ -670,6 +670,32 @@ TEST_F(CoordinatorJobTest, StatusGivesHowLongTheRendezvousAndTheLastTeardownTook
   EXPECT_DOUBLE_EQ(status()["teardown_s"].get<double>(), 2.0) << "the last teardown stays until the next";
 }
 
+TEST_F(CoordinatorJobTest, WhileTheNextGenerationFormsTheStatusListsNoRankOfTheEndedOne) {
+  make(2, 1, 1);
+  form_world();
+  for (int rank = 0; rank < 2; ++rank) {
+    RankReport r;
+    r.rank = rank;
+    r.step = 40;
+    int64_t current = 0;
+    ASSERT_TRUE(job().heartbeat(rank, 0, current, {{r, 0s}}).ok());
+  }
+  auto status = [&] { return nlohmann::json::parse(job().status_json()); };
+  ASSERT_EQ(status()["ranks"]["ranks"].size(), 2u);
+  EXPECT_EQ(status()["ranks"]["ranks"][1]["step"], 40);
+  ASSERT_TRUE(report(0, 0, 1).ok());
+  ASSERT_TRUE(report(0, 1, 143, true).ok());
+  ASSERT_EQ(status()["generation"], 1);
+  EXPECT_EQ(status()["state"], "rendezvous");
+  EXPECT_EQ(status()["ranks"]["ranks"], nlohmann::json::array()) << "generation 0's ranks run no more";
+  EXPECT_TRUE(status()["ranks"]["seconds_since_progress"].is_null());
+
+  form_world(1);
+  EXPECT_EQ(status()["state"], "running");
+  ASSERT_EQ(status()["ranks"]["ranks"].size(), 2u);
+  EXPECT_FALSE(status()["ranks"]["ranks"][1].contains("step")) << "no heartbeat in generation 1 yet";
+}
+
 TEST_F(CoordinatorJobTest, ARestartedGenerationDoesNotCarryThePreviousFailure) {
   make(2, 2, 1);
   form_world();

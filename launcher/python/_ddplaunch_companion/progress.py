@@ -39,7 +39,8 @@ class State(object):
                  "fb_from", "records", "pending", "seen", "pg", "seq_fn", "base", "own_seq", "last_seq",
                  "steps", "opt_id", "fwd_count", "t_step", "step_seconds", "busy_seconds",
                  "coll_seconds", "coll_at_step", "fb_t0", "fb_coll0", "fb_seconds", "fb_at_step",
-                 "sync_seconds", "torch", "group_seen", "ddp_groups", "activity")
+                 "sync_seconds", "probe_wanted", "probe_step", "probing", "compute_done_at", "torch",
+                 "group_seen", "ddp_groups", "activity")
 
     def __init__(self):
         self.sending = False          # this is the claimed, connected rank process
@@ -80,6 +81,13 @@ class State(object):
         self.fb_seconds = 0.0         # total time inside them, less wrapped collectives
         self.fb_at_step = 0.0
         self.sync_seconds = 0.0       # the last step's share of fb_seconds (with DDP: 0 without)
+        # On the CPU, backward_probe.py measures DDP's wait at the end of
+        # backward apart, on one whole step per heartbeat: the figures above
+        # are then that step's, and its backward is left out of fb_seconds.
+        self.probe_wanted = False     # a heartbeat went out: measure the next step
+        self.probe_step = False       # this step is measured (from its start)
+        self.probing = False          # some backward was measured: report measured steps only
+        self.compute_done_at = 0.0    # when the measured backward's compute ended, until it returns
         self.torch = None             # torch.__version__ once torch is imported
         self.ddp_groups = []          # subgroups.Group of each non-default group a DDP module runs on
         # Phases that returned so far (data batches, forwards, backwards, steps,
@@ -160,7 +168,13 @@ def leave(phase):
             S.open_depth -= 1
             return
         if S.open_fb:
-            S.fb_seconds += perf() - S.fb_t0 - (S.coll_seconds - S.fb_coll0)
+            if S.compute_done_at:
+                # A measured backward: what came after its compute was DDP's
+                # wait for the other ranks (backward_probe.py).
+                S.coll_seconds += perf() - S.compute_done_at
+                S.compute_done_at = 0.0
+            else:
+                S.fb_seconds += perf() - S.fb_t0 - (S.coll_seconds - S.fb_coll0)
             if not S.fb_from:
                 # What DDP issued in there ends where the counter is next read
                 # (a recorded collective or a heartbeat): no call into torch here.
@@ -194,7 +208,7 @@ def forward_done(args):
 
 
 def _step_done(S, now):
-    if S.t_step is not None:
+    if S.t_step is not None and (S.probe_step or not S.probing):
         dt = now - S.t_step
         S.step_seconds = dt
         S.busy_seconds = max(0.0, dt - (S.coll_seconds - S.coll_at_step))
@@ -203,6 +217,7 @@ def _step_done(S, now):
     S.t_step = now
     S.coll_at_step = S.coll_seconds
     S.fb_at_step = S.fb_seconds
+    S.probe_step, S.probe_wanted = S.probe_wanted, False
 
 
 def steps_done():
@@ -216,6 +231,7 @@ def build_heartbeat(exiting=False):
     """The heartbeat message (caller holds the channel lock)."""
     S = STATE
     now = perf()
+    S.probe_wanted = True   # the next step's figures are for the next heartbeat (backward_probe.py)
     # Read the group's counter before the records: a wrapped call appends its
     # record before it issues, so every recorded sequence <= cur is in `recs`.
     cur = current_seq()

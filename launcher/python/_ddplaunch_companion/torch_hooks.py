@@ -14,7 +14,7 @@ import sys
 import types
 import weakref
 
-from . import collectives, descendants, fatal_stack, import_watcher, progress, subgroups, wrapping
+from . import backward_probe, collectives, descendants, fatal_stack, import_watcher, progress, subgroups, wrapping
 from .progress import BACKWARD, CHECKPOINT, DATA, FORWARD, OPTIMIZER, STATE, leave
 
 
@@ -32,9 +32,11 @@ def _torch_imported(torch):
 
 # ------------------------------------------------------------------ phases
 
-def _phase_wrapper(phase, after=None, nested_passes=False, tell_at_once=False):
+def _phase_wrapper(phase, after=None, nested_passes=False, tell_at_once=False, measure=None):
     """A wrapper that marks `phase` while the original runs, then calls
     after(args) once the outermost call returned (a step was done). With
+    measure, the outermost call of a measured step after a DDP forward calls
+    measure(args, kwargs) before the original (backward_probe.py). With
     nested_passes, a call inside the phase (a subclass's step calling
     super().step()) runs unmarked. With tell_at_once, the outermost call
     sends a heartbeat as it opens the phase. The opening is inlined: this
@@ -68,6 +70,8 @@ def _phase_wrapper(phase, after=None, nested_passes=False, tell_at_once=False):
             stack.append(phase)
             if tell_at_once and phase.depth == 1 and collectives.checkpoint_sender is not None:
                 collectives.checkpoint_sender()
+            if measure is not None and S.probe_step and phase.depth == 1 and S.fwd_count:
+                measure(args, kwargs)
             try:
                 result = fn(*args, **kwargs)
             finally:
@@ -82,7 +86,7 @@ def _phase_wrapper(phase, after=None, nested_passes=False, tell_at_once=False):
 def _patch_torch(torch):
     # Tensor.backward calls torch.autograd.backward through the module, so
     # wrapping the latter covers both (one wrapper per step, not two).
-    wrapping.replace(torch.autograd, "backward", _phase_wrapper(BACKWARD))
+    wrapping.replace(torch.autograd, "backward", _phase_wrapper(BACKWARD, measure=backward_probe.attach))
     # torch.save writes each tensor with the GIL held: no heartbeat leaves
     # while it writes a big one. The agent must know the rank saves before
     # that (it then counts the process's writes as progress).

@@ -411,7 +411,14 @@ std::string CoordinatorJob::status_json() const {
   }
   // Copied now, formatted after the unlock: at 16,384 ranks the formatting
   // would hold up heartbeats behind every scrape (health_view.h).
-  const HealthView health = health_.view();
+  HealthView health = health_.view();
+  if (forming) {
+    // The health board still holds the ended generation's ranks until the
+    // new world forms (on_world_formed resets it): none of them runs now.
+    // Its warnings stay, as the job's history.
+    health.ranks.clear();
+    health.since_progress.reset();
+  }
   if (root_cause_) j["failure"] = root_cause_->description;
   nlohmann::json membership = nlohmann::json::array();
   for (size_t r = 0; r < rendezvous_.hosts().size(); ++r) {

@@ -11,6 +11,10 @@ and all-reduces the loss for logging.
       slow-data     from STEP on, the rank's data loading takes --slow-seconds more per batch
                     (time.sleep in Dataset.__getitem__), as on a slow disk: the others
                     wait for it in DDP's backward every step, a straggler, not a hang
+      slow-backward from STEP on, the rank's backward takes --slow-seconds more per step
+                    (time.sleep in the backward of an identity autograd Function on the
+                    model's output), as on a slower or throttled device: the others
+                    wait for it at the end of DDP's backward every step, a straggler
       skip          the rank skips the loss all_reduce at STEP, then every rank enters a
                     barrier at the end: the others wait in the all_reduce it skipped
       size          the rank all-reduces a tensor of a different size at STEP
@@ -53,7 +57,7 @@ and all-reduces the loss for logging.
   --worker-start M  how the DataLoader starts its workers: fork (default), spawn, forkserver
   --eval-seconds S  long-eval's evaluation pass (default 8)
   --save-seconds S  how long slow-save's write takes (default 8)
-  --slow-seconds S  slow-data's extra time per batch (default 0.2)
+  --slow-seconds S  slow-data's extra time per batch, slow-backward's per backward (default 0.2)
 
 Just before the trouble the rank prints to stderr, flushed:
   torch_ddp_trouble: KIND at step N (rank R)
@@ -72,7 +76,7 @@ import torch.distributed as dist
 import torch.nn as nn
 from torch.utils.data import DataLoader, Dataset
 
-TROUBLES = ("data-hang", "slow-data", "skip", "size", "raise", "segfault", "gil-hang", "loader-crash",
+TROUBLES = ("data-hang", "slow-data", "slow-backward", "skip", "size", "raise", "segfault", "gil-hang", "loader-crash",
             "loader-segfault", "subgroup-skip", "subgroup-size", "subgroup-dtype", "long-eval", "slow-save",
             "stalled-save", "program-hang")
 SUBGROUP_TROUBLES = ("subgroup-skip", "subgroup-size", "subgroup-dtype")
@@ -93,6 +97,21 @@ def decode_natively():
 def hold_the_gil():
     while True:
         ctypes.PyDLL(None).sleep(3600)   # PyDLL keeps the GIL during the call
+
+
+class SlowBackward(torch.autograd.Function):
+    """The identity, whose backward sleeps the seconds it was given."""
+
+    @staticmethod
+    def forward(ctx, x, seconds):
+        ctx.seconds = seconds
+        return x.clone()
+
+    @staticmethod
+    def backward(ctx, grad):
+        if ctx.seconds > 0:
+            time.sleep(ctx.seconds)
+        return grad, None
 
 
 def announce(kind, step, rank):
@@ -246,7 +265,12 @@ def main():
             dist.barrier()
             break
         opt.zero_grad()
-        loss = loss_fn(model(x), y)
+        out = model(x)
+        if kind == "slow-backward":   # on every rank, so that all run the same graph
+            if mine and step == at:
+                announce(kind, step, rank)
+            out = SlowBackward.apply(out, args.slow_seconds if mine and step >= at else 0.0)
+        loss = loss_fn(out, y)
         loss.backward()
         opt.step()
         metric = loss.detach().reshape(1)
