@@ -11,7 +11,7 @@ run) queues our own final callback; final callbacks run in the order they
 were queued, so ours runs when the compute is done and before DDP's wait.
 The backward wrapper's close (progress.leave) counts the rest as a wait.
 
-A hook and a callback cost the step tens of microseconds, so only the steps
+A hook and a callback cost the step about ten microseconds, so only the steps
 the heartbeat thread asks for are measured: after each heartbeat the next
 whole step is (every backward in it), and the busy time heartbeats report
 is that step's. On a GPU the wait is not on the CPU inside backward (DDP

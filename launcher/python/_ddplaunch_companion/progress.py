@@ -69,7 +69,7 @@ class State(object):
         self.t_step = None
         self.step_seconds = 0.0
         self.busy_seconds = 0.0
-        self.coll_seconds = 0.0       # total time inside wrapped collectives
+        self.coll_seconds = 0.0       # total time inside wrapped collectives and measured DDP waits
         self.coll_at_step = 0.0
         # DDP's own waits for the other ranks (its bucket all-reduces, in C++)
         # happen inside forward/backward, mixed with their compute: time there
