@@ -157,6 +157,21 @@ class EnvTest(LauncherTestCase):
             self.assertTrue(d["env"]["MASTER_ADDR"])
             self.assertTrue(1 <= int(d["env"]["MASTER_PORT"]) <= 65535)
 
+    def test_stacked_single_node_endpoint_on_a_free_port(self):
+        # torchrun's documented way to keep single-node jobs on one machine apart,
+        # with and without --nnodes (scripts in the wild leave it out).
+        for cmd in (["--rdzv-backend=c10d", "--rdzv-endpoint=localhost:0", "--nnodes=1", "--nproc-per-node=2"],
+                    ["--rdzv_backend", "c10d", "--rdzv_endpoint", "localhost:0", "--nproc_per_node=2"]):
+            with self.subTest(cmd=cmd):
+                res, dumps = self.run_ok(cmd + [ENV_PY, self.outdir], n=2)
+                for d in dumps.values():
+                    self.assertEqual(d["env"]["WORLD_SIZE"], "2")
+                    self.assertTrue(1 <= int(d["env"]["MASTER_PORT"]) <= 65535)
+        res = self.run_launcher(["--nnodes=2", "--node-rank=0", "--rdzv-endpoint=localhost:0", "--nproc-per-node=1",
+                                 ENV_PY, self.outdir])
+        self.assertEqual(res.rc, 2, res.describe())
+        self.assertIn("port 0 (any free port) works only for a single-node job", res.err)
+
     def test_underscore_spellings(self):
         port = free_port()
         cmd = [f"--log_dir={self.log_dir}", f"--rdzv_id={self.job_id}",

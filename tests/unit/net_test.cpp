@@ -73,6 +73,24 @@ TEST(HostPort, MalformedEndpointsAreRefusedWithAReason) {
   EXPECT_EQ(refusal("[::1]:"), "empty port");
 }
 
+TEST(HostPort, PortZeroOnlyWhereTheCallerBindsIt) {
+  std::string why;
+  const auto any = parse_host_port("localhost:0", why, /*any_port=*/true);
+  ASSERT_TRUE(any) << why;
+  EXPECT_EQ(any->port, 0);
+  EXPECT_EQ(parse_host_port("[::1]:0", why, true)->port, 0);
+  EXPECT_FALSE(parse_host_port("localhost:0", why));
+  EXPECT_EQ(why, "port 0 is out of range 1-65535");
+  EXPECT_FALSE(parse_host_port("localhost:70000", why, true));
+}
+
+TEST(HostPort, LoopbackHosts) {
+  for (const char* host : {"localhost", "127.0.0.1", "127.1.2.3", "::1"}) EXPECT_TRUE(is_loopback_host(host)) << host;
+  for (const char* host : {"node0", "10.0.0.1", "127.example.com", "fd00::1", "0.0.0.0", ""}) {
+    EXPECT_FALSE(is_loopback_host(host)) << host;
+  }
+}
+
 TEST(HostPort, FormatPutsIpv6InBrackets) {
   EXPECT_EQ(format_host_port("node1", 29400), "node1:29400");
   EXPECT_EQ(format_host_port("10.0.0.11", 80), "10.0.0.11:80");

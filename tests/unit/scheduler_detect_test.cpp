@@ -219,6 +219,56 @@ TEST(TopologyFlagsPrecedence, NnodesAndEndpointWithoutRankLeaveTheRankToTheCoord
   EXPECT_TRUE(t.missing.empty());
 }
 
+// torchrun's documented "stacked single-node" form, and the same with a fixed port:
+//   torchrun --rdzv-backend=c10d --rdzv-endpoint=localhost:0 --nproc-per-node=N train.py
+TEST(TopologyFlagsPrecedence, ALoopbackEndpointAloneIsOneNodeAsInTorchrun) {
+  for (const std::string endpoint : {"localhost:0", "127.0.0.1:29555", "[::1]:0", "localhost"}) {
+    TopologyFlags f;
+    f.rdzv_endpoint = endpoint;
+    const auto t = detect({}, f);
+    EXPECT_EQ(t.source, "single node") << endpoint;
+    EXPECT_EQ(t.nnodes, 1) << endpoint;
+    EXPECT_EQ(t.node_rank, 0) << endpoint;
+    EXPECT_TRUE(t.missing.empty()) << endpoint;
+    ASSERT_EQ(t.notes.size(), 1u) << endpoint;
+    EXPECT_NE(t.notes[0].find("--nnodes=1"), std::string::npos) << t.notes[0];
+  }
+  EXPECT_EQ(detect({{"PET_RDZV_ENDPOINT", "localhost:0"}}).nnodes, 1);
+  TopologyFlags one;
+  one.nnodes = 1;
+  one.rdzv_endpoint = "localhost:0";
+  EXPECT_TRUE(detect({}, one).missing.empty());
+}
+
+TEST(TopologyFlagsPrecedence, ARemoteEndpointAloneStillAsksForTheNodeCount) {
+  TopologyFlags f;
+  f.rdzv_endpoint = "node0:29400";
+  const auto t = detect({}, f);
+  EXPECT_EQ(t.source, "flags");
+  ASSERT_EQ(t.missing.size(), 1u);
+  EXPECT_NE(t.missing[0].find("node count"), std::string::npos);
+}
+
+TEST(TopologyFlagsPrecedence, PortZeroIsRefusedBeyondOneNode) {
+  TopologyFlags f;
+  f.nnodes = 2;
+  f.node_rank = 0;
+  f.rdzv_endpoint = "localhost:0";
+  std::string message = usage_error_of([&] { detect({}, f); });
+  EXPECT_NE(message.find("--rdzv-endpoint='localhost:0': port 0 (any free port) works only for a single-node job"),
+            std::string::npos)
+      << message;
+  TopologyFlags remote;
+  remote.rdzv_endpoint = "node0:0";
+  message = usage_error_of([&] { detect({}, remote); });
+  EXPECT_NE(message.find("port 0"), std::string::npos) << message;
+  // Under a multi-node Slurm step the count comes from Slurm: still refused.
+  TopologyFlags under_slurm;
+  under_slurm.rdzv_endpoint = "localhost:0";
+  message = usage_error_of([&] { detect(kSlurmStep, under_slurm); });
+  EXPECT_NE(message.find("port 0"), std::string::npos) << message;
+}
+
 TEST(TopologyFlagsPrecedence, PartialFlagsTakeMasterAddrForTheEndpoint) {
   TopologyFlags f;
   f.nnodes = 2;

@@ -46,10 +46,6 @@ std::vector<std::string> split_commas(const std::string& s) {
   return out;
 }
 
-bool is_loopback_host(const std::string& host) {
-  return host == "localhost" || host == "::1" || host.rfind("127.", 0) == 0;
-}
-
 // NCCL_SOCKET_IFNAME set: what it selects.
 CheckResult nccl_ifname_check(const std::string& value, const std::vector<NetInterface>& ifs) {
   CheckResult c{"NCCL_SOCKET_IFNAME", CheckLevel::kOk, ""};

@@ -88,10 +88,12 @@ int to_port(const std::string& text, const std::string& what) {
 }
 
 // HOST, HOST:PORT, [IPv6] and [IPv6]:PORT as torchrun writes them; a bare IPv6
-// address (more than one colon, no brackets) is a host without a port.
-HostPort parse_endpoint(const std::string& text, const std::string& what) {
+// address (more than one colon, no brackets) is a host without a port. With
+// any_port, port 0 is accepted here and refused later unless the job turns
+// out to be a single node (torchrun's `--rdzv-endpoint=localhost:0`).
+HostPort parse_endpoint(const std::string& text, const std::string& what, bool any_port = false) {
   std::string why;
-  auto endpoint = parse_host_port(text, why);
+  auto endpoint = parse_host_port(text, why, any_port);
   if (!endpoint) throw UsageError(fmt::format("{}='{}': {}", what, text, why));
   return *endpoint;
 }
@@ -349,9 +351,9 @@ void check_flags(const TopologyFlags& f) {
 // The rendezvous endpoint as torchrun would take it: --rdzv-endpoint, else
 // PET_RDZV_ENDPOINT, else its static-rendezvous default PET_MASTER_ADDR[:PORT].
 Asked<HostPort> asked_endpoint(const TopologyFlags& f, const GetEnv& getenv) {
-  if (f.rdzv_endpoint) return {parse_endpoint(*f.rdzv_endpoint, "--rdzv-endpoint"), "--rdzv-endpoint"};
+  if (f.rdzv_endpoint) return {parse_endpoint(*f.rdzv_endpoint, "--rdzv-endpoint", true), "--rdzv-endpoint"};
   if (const auto pet = env_value(getenv, "PET_RDZV_ENDPOINT")) {
-    return {parse_endpoint(*pet, "PET_RDZV_ENDPOINT"), "PET_RDZV_ENDPOINT"};
+    return {parse_endpoint(*pet, "PET_RDZV_ENDPOINT", true), "PET_RDZV_ENDPOINT"};
   }
   if (auto master = master_endpoint(getenv, "PET_MASTER_ADDR", "PET_MASTER_PORT")) {
     return {std::move(master), "PET_MASTER_ADDR[:PET_MASTER_PORT]"};
@@ -391,8 +393,17 @@ bool describes_job(const Request& r) {
   return r.nnodes.value == 1 || (r.nnodes.value > 1 && r.node_rank.value && r.endpoint.value);
 }
 
+// An endpoint on this machine's loopback with no node count: torchrun runs it
+// as one node (its default --nnodes=1), e.g. `--rdzv-endpoint=localhost:0` to
+// keep jobs sharing a machine apart.
+bool loopback_endpoint_alone(const Request& r) {
+  return r.endpoint.value && is_loopback_host(r.endpoint.value->host) && !r.nnodes.value && !r.node_rank.value;
+}
+
 // Rule 5: more than one node was asked for, even if only partly described.
-bool asks_multi_node(const Request& r) { return r.nnodes.value > 1 || r.node_rank.value || r.endpoint.value; }
+bool asks_multi_node(const Request& r) {
+  return r.nnodes.value > 1 || r.node_rank.value || (r.endpoint.value && !loopback_endpoint_alone(r));
+}
 
 // "flags" when the command line gave the shape, "torchrun env" when any of it
 // came from PET_* variables.
@@ -464,6 +475,12 @@ DetectedTopology single_node(const Request& r) {
   t.nnodes = 1;
   t.node_rank = 0;
   t.job_id = r.job_id.value;
+  if (loopback_endpoint_alone(r)) {
+    t.notes.push_back(fmt::format("{} {} on loopback without a node count: one node, as torchrun's default "
+                                  "--nnodes=1",
+                                  r.endpoint.origin, format_host_port(r.endpoint.value->host,
+                                                                      r.endpoint.value->port.value_or(0))));
+  }
   return t;
 }
 
@@ -476,6 +493,16 @@ void validate(const DetectedTopology& t) {
   if (t.nnodes && t.node_rank && *t.node_rank >= *t.nnodes) {
     throw UsageError(fmt::format("{}: node rank {} is not below the node count {}", t.source, *t.node_rank, *t.nnodes));
   }
+}
+
+// Port 0 lets a single node's coordinator pick a free port; other nodes
+// could not learn which one it picked.
+void refuse_any_port_beyond_one_node(const DetectedTopology& t, const Request& r) {
+  const auto& endpoint = r.endpoint.value;
+  if (!endpoint || endpoint->port != 0 || t.nnodes == 1) return;
+  throw UsageError(fmt::format("{}='{}': port 0 (any free port) works only for a single-node job (--nnodes=1): "
+                               "the other nodes could not learn which port was picked",
+                               r.endpoint.origin, format_host_port(endpoint->host, 0)));
 }
 
 // A multi-node job cannot start without a node count and node 0's address;
@@ -511,6 +538,7 @@ DetectedTopology detect_topology(const TopologyFlags& flags, const GetEnv& geten
   }
   validate(t);
   list_missing(t);
+  refuse_any_port_beyond_one_node(t, request);
   return t;
 }
 

@@ -63,7 +63,13 @@
 //     the scheduler implies (the user chose it); rule 0's endpoint beats both.
 //  5. No scheduler applies: rule 0's partial answer if it asked for more than
 //     one node ("flags" / "torchrun env"; MASTER_ADDR may supply the endpoint;
-//     what is still lacking is listed in `missing`), else "single node".
+//     what is still lacking is listed in `missing`), else "single node". An
+//     endpoint alone asks for more than one node unless it is on loopback
+//     (`--rdzv-endpoint=localhost:0`, torchrun's way to keep single-node jobs
+//     on one machine apart: its default --nnodes is 1).
+//
+// Port 0 in --rdzv-endpoint / PET_RDZV_ENDPOINT means any free port, as in
+// torchrun; it is refused (UsageError) for a job of more than one node.
 //
 // A rendezvous port missing from an endpoint is default_rdzv_port (torchrun's
 // 29400). A missing node rank is allowed: the coordinator assigns it at join,
