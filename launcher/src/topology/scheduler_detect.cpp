@@ -476,10 +476,10 @@ DetectedTopology single_node(const Request& r) {
   t.node_rank = 0;
   t.job_id = r.job_id.value;
   if (loopback_endpoint_alone(r)) {
+    const HostPort& e = *r.endpoint.value;
     t.notes.push_back(fmt::format("{} {} on loopback without a node count: one node, as torchrun's default "
                                   "--nnodes=1",
-                                  r.endpoint.origin, format_host_port(r.endpoint.value->host,
-                                                                      r.endpoint.value->port.value_or(0))));
+                                  r.endpoint.origin, e.port ? format_host_port(e.host, *e.port) : e.host));
   }
   return t;
 }
