@@ -6,8 +6,9 @@ ddplaunch, on 3 ranks with --heartbeat-interval 0.5 and a short hang timeout, an
 injects one trouble (a rank blocked in data loading, also in a DataLoader worker process,
 also with DDP on a subgroup, a
 skipped all_reduce, one skipped in a subgroup, a different tensor size, also in a
-subgroup, a different dtype in a subgroup that Gloo completes, an exception, a crash in a DataLoader worker),
-or is stopped from outside
+subgroup, a different dtype in a subgroup that Gloo completes, an exception, a crash in a DataLoader worker,
+a skipped all_reduce or send among pipeline-style point-to-point calls, also with torch
+2.2's counting of those imitated), or is stopped from outside
 with SIGSTOP. The tests check who is named and how fast (from the trouble line the rank
 prints to the report line, this process's clock), the merged stacks (ranks grouped by
 identical stack, the odd group named), failure.json, the exit code, and that nothing is
@@ -331,6 +332,60 @@ class PythonHangTests(PythonCompanionTestCase):
         # Every rank was found in the same place, which names no one.
         groups = merged_groups(res.err)
         self.assertEqual([g[1] for g in groups.values()], [False], res.describe())
+        self.assert_no_leftovers(timeout=2.0)
+
+    # Point-to-point calls (--p2p: the loss passed down the ranks as in a pipeline,
+    # rank 0 only sending, rank 2 only receiving, and a monitored_barrier every 10
+    # steps) are no collectives. torch 1.13 leaves them out of a group's counter;
+    # torch 2.2's Gloo counts them, which --p2p-counted makes torch 1.13 do. Under
+    # either, the ranks' numbers must stay those of their collectives.
+
+    def test_a_skipped_all_reduce_gets_the_same_number_whether_torch_counts_point_to_point_calls(self):
+        numbers = {}
+        for counted in ((), ("--p2p-counted",)):
+            self.job_id = "job-%s%s" % (self.token, "-counted" if counted else "")
+            res, w = self.run_trouble("skip@30:1", "--p2p", *counted)
+            self.assertEqual(res.rc, HANG_EXIT, res.describe())
+            desync = w.first(DESYNC_RE, "err")
+            self.assertIsNotNone(desync, f"no desync report {counted}" + res.describe())
+            self.assertRegex(desync[1].group(2), r"^ranks 0,2 all_reduce 4 B float32, rank 1 barrier", res.describe())
+            self.assertEqual(self.failure_json()["hang"]["culprits"], [1])
+            numbers[counted] = int(desync[1].group(1))
+            self.assert_no_leftovers(timeout=2.0)
+        self.assertEqual(numbers[()], numbers[("--p2p-counted",)], numbers)
+
+    def test_a_rank_waiting_in_a_receive_is_named_while_torch_counts_it(self):
+        # Rank 1 skips its send: rank 2 waits in its recv (which torch 2.2 has
+        # counted as it began) while ranks 0 and 1 wait in the loss all_reduce.
+        res, w = self.run_trouble("skip-send@30:1", "--p2p", "--p2p-counted")
+        self.assertEqual(res.rc, HANG_EXIT, res.describe())
+        stuck = w.first(STUCK_RE, "err")
+        self.assertIsNotNone(stuck, "no stuck_collective report" + res.describe())
+        self.assertEqual(stuck[1].group(1, 5, 7), ("2", "all_reduce", "0,1"), res.describe())
+        self.assert_detected_in_time(w, stuck, res)
+        groups = merged_groups(res.err)
+        self.assertIn("(dist.recv(tensor, previous, group=group))", groups["2"][0], res.describe())
+        self.assertTrue(groups["2"][1], res.describe())
+        self.assert_no_leftovers(timeout=2.0)
+
+    def test_a_rank_waiting_in_a_receive_on_a_group_is_named_while_torch_counts_it(self):
+        # As above on a group of all ranks (dist.new_group), numbered by torch's counter
+        # of it, where the ranks also all-reduce the loss after the point-to-point calls.
+        res, w = self.run_trouble("skip-send@30:1", "--p2p-group", "--p2p-counted")
+        self.assertEqual(res.rc, HANG_EXIT, res.describe())
+        stuck = w.first(re.compile(r"error: stuck_collective detected: rank (\d+) \(.*\) never entered (\w+) #(\d+) "
+                                   r".*of group \S+ \(ranks ([\d,-]+)\) that ranks? ([\d,]+) ha(?:s|ve) waited"), "err")
+        self.assertIsNotNone(stuck, "no stuck_collective report naming the group" + res.describe())
+        self.assertEqual(stuck[1].group(1, 2, 4, 5), ("2", "all_reduce", "0-2", "0,1"), res.describe())
+        self.assertEqual(int(stuck[1].group(3)), 31, res.describe())   # the group's all_reduce of step 30
+        self.assert_no_leftovers(timeout=2.0)
+
+    def test_a_pipeline_whose_point_to_point_calls_torch_counts_runs_to_its_end(self):
+        launch, w = self.start_script("--p2p", "--p2p-counted", "--steps", "300", "--step-sleep", "0.01")
+        res, t_exit = self.finish_watched(launch, w, 90)
+        self.assertEqual(res.rc, 0, res.describe())
+        self.assertIn("torch_ddp_trouble: done", res.out, res.describe())
+        self.assertNotIn("desync", res.err, res.describe())
         self.assert_no_leftovers(timeout=2.0)
 
     def rank_1_culprit_stack(self, trouble, verdict_re):

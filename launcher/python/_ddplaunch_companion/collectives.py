@@ -1,14 +1,14 @@
 """The flight record of torch.distributed collectives: wrappers that number
 each call on the default group, note what it moved and whether it finished,
 and follow the default group through init and destroy. Calls on other groups
-are counted per group (subgroups.py)."""
+are counted per group (subgroups.py); point-to-point calls are kept out of
+the numbers (point_to_point.py)."""
 
 import functools
-import inspect
 import sys
 import threading
 
-from . import pending_work, progress, subgroups, wrapping
+from . import pending_work, point_to_point, progress, subgroups, wrapping
 from .progress import STATE, COLLECTIVE, SEQ, BYTES, DTYPE, STATUS, LAST, leave, perf
 
 # torch.distributed name -> op name in the record (the deprecated aliases are
@@ -39,13 +39,6 @@ def _dtype_name(dtype):
     return name
 
 
-def _arg_index(fn, name):
-    try:
-        return list(inspect.signature(fn).parameters).index(name)
-    except (ValueError, TypeError):
-        return 1 << 30   # never positional: looked up in kwargs only
-
-
 def _collective_wrapper(op, Tensor):
     S = STATE
     W = wrapping
@@ -54,8 +47,8 @@ def _collective_wrapper(op, Tensor):
     op_bytes = op.encode("ascii")
 
     def make(fn):
-        group_at = _arg_index(fn, "group")
-        async_at = _arg_index(fn, "async_op")
+        group_at = wrapping.arg_index(fn, "group")
+        async_at = wrapping.arg_index(fn, "async_op")
 
         # The hot path: kept flat (few calls) since it runs on every collective.
         @functools.wraps(fn)
@@ -218,6 +211,7 @@ def patch(dist):
 
     for name, op in sorted(COLLECTIVES.items()):
         replace_in_both(name, _collective_wrapper(op, torch.Tensor))
+    point_to_point.patch(c10d, replace_in_both)
     replace_in_both("init_process_group", _then(lambda _: _adopt_default_group(c10d, True)))
     # Where a group is made: torch >= 2.1 (DeviceMesh too) goes through the second.
     for name in ("new_group", "_new_group_with_tag"):

@@ -1,6 +1,8 @@
 """How the companion wraps a torch function: a marked wrapper set in place of
 the original (once), and the torch.compile check every wrapper makes first."""
 
+import inspect
+
 MARK = "__ddplaunch_wrapped__"
 
 # torch.compiler.is_compiling (torch._dynamo.is_compiling before 2.3), once
@@ -31,3 +33,12 @@ def setup_compiling(modules):
     compiling = getattr(getattr(torch, "compiler", None), "is_compiling", None)
     if compiling is None and "torch._dynamo" in modules:
         compiling = getattr(modules["torch._dynamo"], "is_compiling", None)
+
+
+def arg_index(fn, name):
+    """The position of fn's parameter `name`, or one no call reaches (where
+    fn has none, or no readable signature: then looked up in kwargs only)."""
+    try:
+        return list(inspect.signature(fn).parameters).index(name)
+    except (ValueError, TypeError):
+        return 1 << 30

@@ -17,6 +17,9 @@ and all-reduces the loss for logging.
                     wait for it at the end of DDP's backward every step, a straggler
       skip          the rank skips the loss all_reduce at STEP, then every rank enters a
                     barrier at the end: the others wait in the all_reduce it skipped
+      skip-send     with --p2p: the rank skips its send at STEP (on an even step), so the
+                    next rank waits in its recv while the others go on into the loss
+                    all_reduce
       size          the rank all-reduces a tensor of a different size at STEP
       subgroup-skip ranks 0 and 1 also all-reduce the loss in their own group
                     (dist.new_group([0, 1])) every step; the rank (0 or 1) skips that
@@ -51,6 +54,14 @@ and all-reduces the loss for logging.
   --ddp-groups      DDP runs on data-parallel groups instead of the default one: ranks 0
                     and 1 share one (dist.new_group([0, 1]), passed as process_group=),
                     every other rank has its own; the loss all_reduce stays on all ranks
+  --p2p             every step also passes the loss down the ranks as a pipeline would
+                    (rank r receives it from r - 1 and sends it to r + 1: blocking send
+                    and recv on even steps, batch_isend_irecv on odd ones), and every
+                    10 steps all ranks enter a monitored_barrier
+  --p2p-group       the same on a group of all ranks (dist.new_group), which also
+                    all-reduces the loss every step after them
+  --p2p-counted     torch 2.2's Gloo counts those calls in the group's collective counter:
+                    make torch 1.13's do so too (torch_p2p_counting.py)
   --steps N         default 1000000 (the trouble ends the run long before)
   --step-sleep S    pause per step (default 0.02)
   --workers N       DataLoader workers (default 0; loader-crash and loader-segfault use 1)
@@ -78,7 +89,7 @@ from torch.utils.data import DataLoader, Dataset
 
 TROUBLES = ("data-hang", "slow-data", "slow-backward", "skip", "size", "raise", "segfault", "gil-hang", "loader-crash",
             "loader-segfault", "subgroup-skip", "subgroup-size", "subgroup-dtype", "long-eval", "slow-save",
-            "stalled-save", "program-hang")
+            "stalled-save", "program-hang", "skip-send")
 SUBGROUP_TROUBLES = ("subgroup-skip", "subgroup-size", "subgroup-dtype")
 
 
@@ -197,6 +208,26 @@ def save_slowly(model, seconds, stall):
         os.rmdir(folder)
 
 
+def pass_down(tensor, step, rank, world, skip_send, group=None):
+    """The pipeline's point-to-point calls of one step (see --p2p), on `group`
+    (of all ranks) or the default group."""
+    previous, following = rank - 1, rank + 1
+    if step % 2 == 0:
+        if previous >= 0:
+            dist.recv(tensor, previous, group=group)
+        if skip_send:
+            announce("skip-send", step, rank)
+        elif following < world:
+            dist.send(tensor, following, group=group)
+    else:
+        ops = ([dist.P2POp(dist.irecv, tensor, previous, group)] if previous >= 0 else []) + \
+              ([dist.P2POp(dist.isend, tensor, following, group)] if following < world else [])
+        for work in dist.batch_isend_irecv(ops):
+            work.wait()
+    if step % 10 == 9:
+        dist.monitored_barrier(group=group, timeout=datetime.timedelta(seconds=60))
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--trouble", default=None)
@@ -205,6 +236,9 @@ def main():
     ap.add_argument("--workers", type=int, default=0)
     ap.add_argument("--worker-start", choices=("fork", "spawn", "forkserver"), default="fork")
     ap.add_argument("--ddp-groups", action="store_true")
+    ap.add_argument("--p2p", action="store_true")
+    ap.add_argument("--p2p-group", action="store_true")
+    ap.add_argument("--p2p-counted", action="store_true")
     ap.add_argument("--eval-seconds", type=float, default=8.0)
     ap.add_argument("--save-seconds", type=float, default=8.0)
     ap.add_argument("--slow-seconds", type=float, default=0.2)
@@ -225,9 +259,13 @@ def main():
     # The workers start before the process group: a spawned one imports torch anew,
     # which takes seconds, and the tests' hang timeout is 3 s.
     first = next(batches)
+    if args.p2p_counted:
+        import torch_p2p_counting
+        torch_p2p_counting.install()
     dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=120))
     mine = rank == who
     pair = dist.new_group([0, 1]) if kind in SUBGROUP_TROUBLES else None
+    pipeline = dist.new_group(list(range(dist.get_world_size()))) if args.p2p_group else None
     ddp_group = None
     if args.ddp_groups:   # every rank makes every group, in the same order
         groups = [dist.new_group([0, 1])] + [dist.new_group([r]) for r in range(2, dist.get_world_size())]
@@ -283,6 +321,11 @@ def main():
                     dist.all_reduce(torch.zeros(1, dtype=torch.int32), group=pair)
             else:
                 dist.all_reduce(metric.clone(), group=pair)
+        if args.p2p or args.p2p_group:
+            skip_send = mine and kind == "skip-send" and step == at
+            pass_down(metric.clone(), step, rank, dist.get_world_size(), skip_send, pipeline)
+            if pipeline is not None:
+                dist.all_reduce(metric.clone(), group=pipeline)
         if mine and kind == "size" and step == at:
             announce(kind, step, rank)
             metric = torch.zeros(1000)

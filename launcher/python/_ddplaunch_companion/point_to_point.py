@@ -1,0 +1,105 @@
+"""Point-to-point calls (send, recv, isend, irecv, and batch_isend_irecv
+through them) and monitored_barrier: no collectives, so the companion
+neither records nor numbers them, but torch's counter of a group's
+collectives, which numbers ours and counts DDP's, counts them on some
+versions: Gloo from torch 2.2 on counts every send and receive, and
+monitored_barrier's own (2 x (world - 1) on rank 0, 2 on the others); NCCL
+counted sends and receives before torch 2.4. torch 1.13 counts neither.
+Ranks make different numbers of them (a pipeline's first stage only sends,
+its middle stages send and receive), so where torch counts them the ranks'
+numbers would part, and every later collective would compare as a desync
+or be waited in under another number. Each wrapper here takes back what
+its call moved the counter: a group's numbers stay those of its collectives
+on every version. While the call runs, the group's count reads as it was
+before it (a heartbeat sent meanwhile carries no number of it).
+
+Threads: a call on one group from several threads at once shares one hold;
+the counter is read and the base moved under a lock (a point-to-point call
+is no hot path: it waits for a peer)."""
+
+import functools
+import threading
+
+from . import progress, subgroups, wrapping
+
+CALLS = ("irecv", "isend", "monitored_barrier", "recv", "send")
+
+_lock = threading.Lock()
+
+
+class _Held(object):
+    """Stands in for a group's counter while point-to-point calls run on it:
+    reads as the counter did before the first of them."""
+    __slots__ = ("real", "before", "depth")
+
+    def __init__(self, real, before):
+        self.real, self.before, self.depth = real, before, 0
+
+    def __call__(self):
+        return self.before
+
+
+def _counted(group):
+    """What numbers `group`'s collectives by torch's counter (the default
+    group's state, or our Group of it: both hold seq_fn and base), or None."""
+    S = progress.STATE
+    if group is None or group is S.pg:
+        return S if S.seq_fn is not None else None
+    entry = subgroups.GROUPS.get(id(group))
+    if entry is None or entry[1] is not group:
+        return None
+    return entry[0] if entry[0].seq_fn is not None else None
+
+
+def _hold(owner):
+    with _lock:
+        held = owner.seq_fn
+        if not isinstance(held, _Held):
+            held = owner.seq_fn = _Held(held, held())
+        held.depth += 1
+        return held
+
+
+def _release(owner, held):
+    with _lock:
+        held.depth -= 1
+        if held.depth == 0:
+            owner.seq_fn = held.real
+            # What the calls moved torch's counter (0 where it counts no
+            # point-to-point call) leaves the group's numbers alone.
+            owner.base += held.real() - held.before
+
+
+def _wrapper(group_at):
+    W = wrapping
+
+    def make(fn):
+        @functools.wraps(fn)
+        def wrapper(*args, **kwargs):
+            if W.compiling is not None and W.compiling():
+                return fn(*args, **kwargs)
+            try:
+                owner = _counted(args[group_at] if len(args) > group_at else kwargs.get("group"))
+                held = None if owner is None else _hold(owner)
+            except Exception:   # never break the user's call: it is then counted as torch counts it
+                owner = held = None
+            if held is None:
+                return fn(*args, **kwargs)
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                try:
+                    _release(owner, held)
+                except Exception:
+                    pass
+        return wrapper
+    return make
+
+
+def patch(c10d, replace_in_both):
+    """Wraps the calls of CALLS that torch.distributed has, through
+    replace_in_both(name, make) (collectives.patch's)."""
+    for name in CALLS:
+        fn = getattr(c10d, name, None)
+        if fn is not None:
+            replace_in_both(name, _wrapper(wrapping.arg_index(fn, "group")))
