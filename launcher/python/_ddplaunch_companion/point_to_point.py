@@ -1,17 +1,19 @@
-"""Point-to-point calls (send, recv, isend, irecv, and batch_isend_irecv
-through them) and monitored_barrier: no collectives, so the companion
-neither records nor numbers them, but torch's counter of a group's
-collectives, which numbers ours and counts DDP's, counts them on some
-versions: Gloo from torch 2.2 on counts every send and receive, and
-monitored_barrier's own (2 x (world - 1) on rank 0, 2 on the others); NCCL
-counted sends and receives before torch 2.4. torch 1.13 counts neither.
-Ranks make different numbers of them (a pipeline's first stage only sends,
-its middle stages send and receive), so where torch counts them the ranks'
-numbers would part, and every later collective would compare as a desync
-or be waited in under another number. Each wrapper here takes back what
-its call moved the counter: a group's numbers stay those of its collectives
-on every version. While the call runs, the group's count reads as it was
-before it (a heartbeat sent meanwhile carries no number of it).
+"""Point-to-point calls (send, recv, isend, irecv, batch_isend_irecv) and
+monitored_barrier: no collectives, so the companion neither records nor
+numbers them. But torch's counter of a group's collectives, which numbers
+ours and counts DDP's, counts them on some versions: Gloo from torch 2.2 on
+counts every send and receive, and monitored_barrier's own (2 x (world - 1)
+on rank 0, 2 on the others); NCCL counted sends and receives before torch
+2.4; torch 1.13 counts neither. Ranks make different numbers of them (a
+pipeline's first stage only sends, its middle stages send and receive), so
+where torch counts them the ranks' numbers would part, and every later
+collective would compare as a desync or be waited in under another number.
+Each wrapper here takes back what its call moved the counter: a group's
+numbers stay those of its collectives on every version. While the call
+runs, the group's count reads as it was before it (a heartbeat sent
+meanwhile carries no number of it). batch_isend_irecv is wrapped whole as
+well as the isend and irecv it makes, so that whatever it starts after they
+returned (with NCCL it starts them together as it ends) is taken back too.
 
 Threads: a call on one group from several threads at once shares one hold;
 the counter is read and the base moved under a lock (a point-to-point call
@@ -22,7 +24,15 @@ import threading
 
 from . import progress, subgroups, wrapping
 
-CALLS = ("irecv", "isend", "monitored_barrier", "recv", "send")
+CALLS = ("irecv", "isend", "monitored_barrier", "recv", "send")   # with a group parameter
+
+
+def _first_op_group(args, kwargs):
+    """batch_isend_irecv(p2p_op_list): the group of its operations (torch
+    requires one for all)."""
+    ops = args[0] if args else kwargs.get("p2p_op_list")
+    return ops[0].group
+
 
 _lock = threading.Lock()
 
@@ -70,7 +80,8 @@ def _release(owner, held):
             owner.base += held.real() - held.before
 
 
-def _wrapper(group_at):
+def _wrapper(group_of):
+    """group_of(args, kwargs): the group a call is on (None: the default one)."""
     W = wrapping
 
     def make(fn):
@@ -79,7 +90,7 @@ def _wrapper(group_at):
             if W.compiling is not None and W.compiling():
                 return fn(*args, **kwargs)
             try:
-                owner = _counted(args[group_at] if len(args) > group_at else kwargs.get("group"))
+                owner = _counted(group_of(args, kwargs))
                 held = None if owner is None else _hold(owner)
             except Exception:   # never break the user's call: it is then counted as torch counts it
                 owner = held = None
@@ -102,4 +113,7 @@ def patch(c10d, replace_in_both):
     for name in CALLS:
         fn = getattr(c10d, name, None)
         if fn is not None:
-            replace_in_both(name, _wrapper(wrapping.arg_index(fn, "group")))
+            at = wrapping.arg_index(fn, "group")
+            replace_in_both(name, _wrapper(lambda args, kwargs, at=at: args[at] if len(args) > at
+                                           else kwargs.get("group")))
+    replace_in_both("batch_isend_irecv", _wrapper(_first_op_group))
