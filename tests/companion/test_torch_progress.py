@@ -224,6 +224,39 @@ class TorchProgressTest(CompanionTestCase):
         self.assertEqual(rank0.finish(), 0, rank0.stderr_text())
         self.assertEqual(rank1.finish(), 0, rank1.stderr_text())
 
+    def test_a_coalesced_block_is_one_collective(self):
+        # torch 1.13 runs and counts a block's calls one by one; torch 2.1 and later
+        # (imitated: "deferred") do them in one call counted once as the block ends.
+        # Either way the block is one record: its first call's op and dtype, the sum
+        # of its calls' bytes, and the numbers after it follow on from it.
+        for mode in ((), ("deferred",)):
+            with self.subTest(mode=mode):
+                self.job_id = "job-%s-%d" % (self.token, len(mode))
+                rank = self.start("coalesced_blocks.py", self.tmp / ("init%d" % len(mode)), *mode)
+                conn, hello = self.accept_rank(rank)
+                rank.wait_line(lambda l: l == "done", 60, "done")
+                hb = conn.wait_for(lambda m: heartbeat(m) and m.get("groups") and
+                                   m["groups"][0]["last_enqueued"] == 2, 30, "heartbeat after the calls")
+                self.assertEqual([(r["sequence"], r["op"], r["bytes"], r["dtype"], r["state"]) for r in hb["recent"]],
+                                 [(1, "all_reduce", 32, "float32", "completed"),
+                                  (2, "all_reduce", 8, "float32", "completed"),
+                                  (3, "all_reduce_coalesced", 20, "float32", "completed")], hb["recent"])
+                self.assertEqual((hb["last_enqueued"], hb["last_completed"]), (3, 3), hb)
+                group = hb["groups"][0]
+                self.assertEqual([(r["sequence"], r["op"], r["bytes"], r["state"]) for r in group["recent"]],
+                                 [(1, "all_reduce", 40, "completed"), (2, "all_reduce", 4, "completed")], group)
+                self.assertEqual(group["last_completed"], 2, group)
+                # Announced once each, with the sum, and marked returned (not the
+                # asynchronous all_reduce_coalesced: its Future may still run then).
+                self.assertEqual([a[1:] for a in self.read_announcements(hello["announcements"])],
+                                 [(1, "all_reduce", 32, "float32", "", True),
+                                  (2, "all_reduce", 8, "float32", "", True),
+                                  (3, "all_reduce_coalesced", 20, "float32", "", False),
+                                  (1, "all_reduce", 40, "float32", group["group"], True),
+                                  (2, "all_reduce", 4, "float32", group["group"], True)])
+                rank.write("\n")
+                self.assertEqual(rank.finish(), 0, rank.stderr_text())
+
     def test_ddp_on_a_subgroup(self):
         # DDP's collectives on its process_group= are counted by that group's own
         # counter: open while forward or backward waits in them (the second

@@ -340,19 +340,29 @@ class PythonHangTests(PythonCompanionTestCase):
     # torch 2.2's Gloo counts them, which --p2p-counted makes torch 1.13 do. Under
     # either, the ranks' numbers must stay those of their collectives.
 
-    def test_a_skipped_all_reduce_gets_the_same_number_whether_torch_counts_point_to_point_calls(self):
-        numbers = {}
-        for counted in ((), ("--p2p-counted",)):
-            self.job_id = "job-%s%s" % (self.token, "-counted" if counted else "")
-            res, w = self.run_trouble("skip@30:1", "--p2p", *counted)
+    def desync_number_both_ways(self, trouble, script_arg, later_torch, expected):
+        """Runs `trouble` with `script_arg`, as torch 1.13 counts and with the flag
+        `later_torch` (torch 1.13 made to count as a later torch does). Each time
+        the job stops on a desync whose ranks and calls match `expected(later)`
+        (a regex), blaming rank 1. Returns {later: (the desync's number, the result)}."""
+        runs = {}
+        for later in (False, True):
+            self.job_id = "job-%s%s" % (self.token, "-later" if later else "")
+            res, w = self.run_trouble(trouble, script_arg, *((later_torch,) if later else ()))
             self.assertEqual(res.rc, HANG_EXIT, res.describe())
             desync = w.first(DESYNC_RE, "err")
-            self.assertIsNotNone(desync, f"no desync report {counted}" + res.describe())
-            self.assertRegex(desync[1].group(2), r"^ranks 0,2 all_reduce 4 B float32, rank 1 barrier", res.describe())
+            self.assertIsNotNone(desync, f"no desync report (later torch: {later})" + res.describe())
+            self.assertRegex(desync[1].group(2), expected(later), res.describe())
+            self.assert_detected_in_time(w, desync, res)
             self.assertEqual(self.failure_json()["hang"]["culprits"], [1])
-            numbers[counted] = int(desync[1].group(1))
+            runs[later] = int(desync[1].group(1)), res
             self.assert_no_leftovers(timeout=2.0)
-        self.assertEqual(numbers[()], numbers[("--p2p-counted",)], numbers)
+        return runs
+
+    def test_a_skipped_all_reduce_gets_the_same_number_whether_torch_counts_point_to_point_calls(self):
+        runs = self.desync_number_both_ways("skip@30:1", "--p2p", "--p2p-counted",
+                                            lambda later: r"^ranks 0,2 all_reduce 4 B float32, rank 1 barrier")
+        self.assertEqual(runs[False][0], runs[True][0])
 
     def test_a_rank_waiting_in_a_receive_is_named_while_torch_counts_it(self):
         # Rank 1 skips its send: rank 2 waits in its recv (which torch 2.2 has
@@ -380,13 +390,39 @@ class PythonHangTests(PythonCompanionTestCase):
         self.assertEqual(int(stuck[1].group(3)), 31, res.describe())   # the group's all_reduce of step 30
         self.assert_no_leftovers(timeout=2.0)
 
-    def test_a_pipeline_whose_point_to_point_calls_torch_counts_runs_to_its_end(self):
-        launch, w = self.start_script("--p2p", "--p2p-counted", "--steps", "300", "--step-sleep", "0.01")
+    def assert_runs_to_its_end_without_desync(self, *script_args):
+        launch, w = self.start_script(*script_args, "--step-sleep", "0.01")
         res, t_exit = self.finish_watched(launch, w, 90)
         self.assertEqual(res.rc, 0, res.describe())
         self.assertIn("torch_ddp_trouble: done", res.out, res.describe())
         self.assertNotIn("desync", res.err, res.describe())
         self.assert_no_leftovers(timeout=2.0)
+
+    def test_a_pipeline_whose_point_to_point_calls_torch_counts_runs_to_its_end(self):
+        self.assert_runs_to_its_end_without_desync("--p2p", "--p2p-counted", "--steps", "300")
+
+    # A coalesced block (--coalesced: the loss and a 7-element tensor all-reduced in
+    # one `with _coalescing_manager(...)`, as Megatron's bucketed reductions do) is
+    # one collective to torch. torch 1.13 runs and counts its calls one by one;
+    # torch 2.1 and later defer them into one call, counted once, as the block
+    # ends, which --coalesced-deferred makes torch 1.13 do. Under either, the
+    # block must be one number, the same on every rank.
+
+    def test_coalesced_blocks_whose_calls_torch_defers_are_no_desync(self):
+        self.assert_runs_to_its_end_without_desync("--coalesced", "--coalesced-deferred", "--steps", "200")
+
+    def test_a_skipped_coalesced_block_gets_one_number_whether_torch_defers_its_calls_or_not(self):
+        # Deferred, the others wait as the block ends, when the sum of its tensors is
+        # known (4 + 28 B); called one by one, in its first call, before it is.
+        runs = self.desync_number_both_ways(
+            "skip-coalesced@30:1", "--coalesced", "--coalesced-deferred",
+            lambda later: r"^ranks 0,2 all_reduce %s float32, rank 1 barrier" % ("32 B" if later else "0 B"))
+        self.assertEqual(runs[False][0], runs[True][0])
+        for later, inside in ((False, "(dist.all_reduce(metric.clone()))"), (True, "(with c10d._coalescing_manager(")):
+            res = runs[later][1]
+            groups = merged_groups(res.err)
+            self.assertIn("(dist.barrier())", groups["1"][0], res.describe())
+            self.assertIn(inside, groups["0,2"][0], res.describe())
 
     def rank_1_culprit_stack(self, trouble, verdict_re):
         """Runs `trouble` on rank 1; checks the hang exit and that the verdict

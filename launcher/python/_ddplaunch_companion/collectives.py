@@ -2,7 +2,8 @@
 each call on the default group, note what it moved and whether it finished,
 and follow the default group through init and destroy. Calls on other groups
 are counted per group (subgroups.py); point-to-point calls are kept out of
-the numbers (point_to_point.py)."""
+the numbers (point_to_point.py); a coalesced block is one collective
+(coalesced_blocks.py)."""
 
 import functools
 import sys
@@ -21,14 +22,16 @@ COLLECTIVES = {
     "reduce_scatter_tensor": "reduce_scatter_tensor",
     "_reduce_scatter_base": "reduce_scatter_tensor", "all_to_all": "all_to_all",
     "all_to_all_single": "all_to_all_single", "gather": "gather", "scatter": "scatter",
-    "barrier": "barrier",
+    "barrier": "barrier", "all_reduce_coalesced": "all_reduce_coalesced",
+    "all_gather_coalesced": "all_gather_coalesced",
 }
 
 eager_sender = None   # set by activation: sends a heartbeat from the calling thread
 checkpoint_sender = None   # set by activation: the same, waiting a little for the channel
 announcer = None      # set by activation: announcements.Announcements.write
 returned = None       # set with it: announcements.Announcements.returned
-_inside = set()       # threads inside a wrapped collective: nested calls count once
+threads_inside = set()   # threads inside a wrapped collective: nested calls count once
+open_blocks = {}        # thread id -> its open coalesced block (coalesced_blocks.Block)
 _dtype_names = {}
 
 
@@ -43,7 +46,6 @@ def _collective_wrapper(op, Tensor):
     S = STATE
     W = wrapping
     get_ident = threading.get_ident
-    stack = S.stack
     op_bytes = op.encode("ascii")
 
     def make(fn):
@@ -54,7 +56,12 @@ def _collective_wrapper(op, Tensor):
         @functools.wraps(fn)
         def wrapper(*args, **kwargs):
             tid = get_ident()
-            if tid in _inside or (W.compiling is not None and W.compiling()):
+            if tid in threads_inside or (W.compiling is not None and W.compiling()):
+                if open_blocks:
+                    block = open_blocks.get(tid)
+                    if block is not None:   # one of a coalesced block's calls: its tensors count there
+                        block.note(op, args[group_at] if len(args) > group_at else kwargs.get("group"),
+                                   args, kwargs)
                 return fn(*args, **kwargs)
             t0 = perf()
             rec = sub = None
@@ -63,22 +70,13 @@ def _collective_wrapper(op, Tensor):
                 try:
                     group = args[group_at] if len(args) > group_at else kwargs.get("group")
                     if group is None or group is pg:
-                        rec = _record(op, args, kwargs, t0, Tensor)
+                        rec = record_call(op, args, kwargs, t0, Tensor)
                     else:
-                        sub = subgroups.enter(group, op, *_signature(args, kwargs, Tensor), t0=t0)
+                        sub = subgroups.enter(group, op, *signature(args, kwargs, Tensor), t0=t0)
                 except Exception:
                     pass
-            _inside.add(tid)
-            # The opening of the COLLECTIVE phase, inlined.
-            if S.open_depth == 0:
-                if rec is not None:
-                    S.open_since = rec[SEQ] - 1
-                else:   # not on the default group: where DDP issued since the last read, read it now
-                    S.open_since = progress.current_seq() if S.fb_from else S.last_seq
-                S.open_fb = False
-            S.open_depth += 1
-            COLLECTIVE.depth += 1
-            stack.append(COLLECTIVE)
+            threads_inside.add(tid)
+            open_collective_phase(rec)
             announced = 0
             if S.sending and announcer is not None:
                 # The agent learns what we entered before we may hang or die in
@@ -99,7 +97,7 @@ def _collective_wrapper(op, Tensor):
                     subgroups.leave(sub, True, None)
                 raise
             finally:
-                _inside.discard(tid)
+                threads_inside.discard(tid)
                 leave(COLLECTIVE)
                 S.coll_seconds += perf() - t0
                 if rec is not None:
@@ -122,7 +120,7 @@ def _collective_wrapper(op, Tensor):
     return make
 
 
-def _signature(args, kwargs, Tensor):
+def signature(args, kwargs, Tensor):
     """(bytes, dtype name) of the tensors passed to a collective."""
     nbytes = 0
     dtype = None
@@ -141,11 +139,11 @@ def _signature(args, kwargs, Tensor):
     return nbytes, _dtype_name(dtype) if name is None else name
 
 
-def _record(op, args, kwargs, t0, Tensor):
+def record_call(op, args, kwargs, t0, Tensor):
     """Appends the record of a call on the default group: sequence, op, bytes
     and dtype of the tensors passed, state, start time."""
     S = STATE
-    nbytes, dtype = _signature(args, kwargs, Tensor)
+    nbytes, dtype = signature(args, kwargs, Tensor)
     fn = S.seq_fn
     if fn is not None:
         try:
@@ -161,6 +159,21 @@ def _record(op, args, kwargs, t0, Tensor):
     rec = [seq, op, nbytes, dtype, "started", t0, None]
     S.records.append(rec)
     return rec
+
+
+def open_collective_phase(rec):
+    """Enters the COLLECTIVE phase for a call whose record on the default
+    group is `rec` (None: the call is on another group)."""
+    S = STATE
+    if S.open_depth == 0:
+        if rec is not None:
+            S.open_since = rec[SEQ] - 1
+        else:   # not on the default group: where DDP issued since the last read, read it now
+            S.open_since = progress.current_seq() if S.fb_from else S.last_seq
+        S.open_fb = False
+    S.open_depth += 1
+    COLLECTIVE.depth += 1
+    S.stack.append(COLLECTIVE)
 
 
 def _adopt_default_group(c10d, reread_base):
@@ -212,6 +225,8 @@ def patch(dist):
     for name, op in sorted(COLLECTIVES.items()):
         replace_in_both(name, _collective_wrapper(op, torch.Tensor))
     point_to_point.patch(c10d, replace_in_both)
+    from . import coalesced_blocks   # here: it builds on this module
+    coalesced_blocks.patch(c10d, replace_in_both, torch.Tensor)
     replace_in_both("init_process_group", _then(lambda _: _adopt_default_group(c10d, True)))
     # Where a group is made: torch >= 2.1 (DeviceMesh too) goes through the second.
     for name in ("new_group", "_new_group_with_tag"):

@@ -33,7 +33,7 @@ def oldest_unfinished(pending):
         work = ref()
         try:
             # A Work the program dropped can no longer be asked: count it done.
-            done = work is None or work.is_completed()
+            done = work is None or _finished(work)
         except Exception:
             done = True
         if done:
@@ -46,3 +46,10 @@ def oldest_unfinished(pending):
         elif oldest is None or rec[SEQ] < oldest[SEQ]:
             oldest = rec
     return oldest
+
+
+def _finished(work):
+    """A Work's is_completed(), or a Future's done() (all_reduce_coalesced and
+    all_gather_coalesced return one with async_op=True)."""
+    check = getattr(work, "is_completed", None)
+    return check() if check is not None else work.done()

@@ -34,22 +34,31 @@ def _first_op_group(args, kwargs):
     return ops[0].group
 
 
+def group_argument(at):
+    """(args, kwargs) -> the group passed to a function whose `group`
+    parameter is at position `at` (wrapping.arg_index)."""
+    def group_of(args, kwargs):
+        return args[at] if len(args) > at else kwargs.get("group")
+    return group_of
+
+
 _lock = threading.Lock()
 
 
-class _Held(object):
-    """Stands in for a group's counter while point-to-point calls run on it:
-    reads as the counter did before the first of them."""
-    __slots__ = ("real", "before", "depth")
+class Held(object):
+    """Stands in for a group's counter while point-to-point calls (or a
+    coalesced block: coalesced_blocks.py) run on it: reads as the counter did
+    before the first of them, plus `extra` (the block's own number: 1)."""
+    __slots__ = ("real", "before", "extra", "depth")
 
-    def __init__(self, real, before):
-        self.real, self.before, self.depth = real, before, 0
+    def __init__(self, real, before, extra):
+        self.real, self.before, self.extra, self.depth = real, before, extra, 0
 
     def __call__(self):
-        return self.before
+        return self.before + self.extra
 
 
-def _counted(group):
+def counted(group):
     """What numbers `group`'s collectives by torch's counter (the default
     group's state, or our Group of it: both hold seq_fn and base), or None."""
     S = progress.STATE
@@ -61,23 +70,25 @@ def _counted(group):
     return entry[0] if entry[0].seq_fn is not None else None
 
 
-def _hold(owner):
+def hold(owner, extra=0):
+    """Holds owner's count (a counted() result) until release(); calls made
+    meanwhile share the first one's hold. Returns the Held."""
     with _lock:
         held = owner.seq_fn
-        if not isinstance(held, _Held):
-            held = owner.seq_fn = _Held(held, held())
+        if not isinstance(held, Held):
+            held = owner.seq_fn = Held(held, held(), extra)
         held.depth += 1
         return held
 
 
-def _release(owner, held):
+def release(owner, held):
     with _lock:
         held.depth -= 1
         if held.depth == 0:
             owner.seq_fn = held.real
-            # What the calls moved torch's counter (0 where it counts no
-            # point-to-point call) leaves the group's numbers alone.
-            owner.base += held.real() - held.before
+            # What the calls moved torch's counter beyond `extra` (0 where it
+            # counts no point-to-point call) leaves the group's numbers alone.
+            owner.base += held.real() - held.before - held.extra
 
 
 def _wrapper(group_of):
@@ -90,8 +101,8 @@ def _wrapper(group_of):
             if W.compiling is not None and W.compiling():
                 return fn(*args, **kwargs)
             try:
-                owner = _counted(group_of(args, kwargs))
-                held = None if owner is None else _hold(owner)
+                owner = counted(group_of(args, kwargs))
+                held = None if owner is None else hold(owner)
             except Exception:   # never break the user's call: it is then counted as torch counts it
                 owner = held = None
             if held is None:
@@ -100,7 +111,7 @@ def _wrapper(group_of):
                 return fn(*args, **kwargs)
             finally:
                 try:
-                    _release(owner, held)
+                    release(owner, held)
                 except Exception:
                     pass
         return wrapper
@@ -113,7 +124,5 @@ def patch(c10d, replace_in_both):
     for name in CALLS:
         fn = getattr(c10d, name, None)
         if fn is not None:
-            at = wrapping.arg_index(fn, "group")
-            replace_in_both(name, _wrapper(lambda args, kwargs, at=at: args[at] if len(args) > at
-                                           else kwargs.get("group")))
+            replace_in_both(name, _wrapper(group_argument(wrapping.arg_index(fn, "group"))))
     replace_in_both("batch_isend_irecv", _wrapper(_first_op_group))

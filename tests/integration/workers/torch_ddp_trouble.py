@@ -20,6 +20,9 @@ and all-reduces the loss for logging.
       skip-send     with --p2p: the rank skips its send at STEP (on an even step), so the
                     next rank waits in its recv while the others go on into the loss
                     all_reduce
+      skip-coalesced  with --coalesced: the rank skips the coalesced block and the loss
+                    all_reduce at STEP, then every rank enters a barrier at the end: the
+                    others wait in the block it skipped
       size          the rank all-reduces a tensor of a different size at STEP
       subgroup-skip ranks 0 and 1 also all-reduce the loss in their own group
                     (dist.new_group([0, 1])) every step; the rank (0 or 1) skips that
@@ -62,6 +65,12 @@ and all-reduces the loss for logging.
                     all-reduces the loss every step after them
   --p2p-counted     torch 2.2's Gloo counts those calls in the group's collective counter:
                     make torch 1.13's do so too (torch_p2p_counting.py)
+  --coalesced       every step also all-reduces the loss and a 7-element tensor made from
+                    it in one coalesced block (torch.distributed's _coalescing_manager, as
+                    Megatron's bucketed reductions do), before the loss all_reduce
+  --coalesced-deferred  torch 2.1 and later issue such a block's all-reduces as one call
+                    as it ends, counted once: make torch 1.13 do so too
+                    (torch_coalesced_counting.py)
   --steps N         default 1000000 (the trouble ends the run long before)
   --step-sleep S    pause per step (default 0.02)
   --workers N       DataLoader workers (default 0; loader-crash and loader-segfault use 1)
@@ -84,12 +93,13 @@ import time
 
 import torch
 import torch.distributed as dist
+import torch.distributed.distributed_c10d as c10d
 import torch.nn as nn
 from torch.utils.data import DataLoader, Dataset
 
 TROUBLES = ("data-hang", "slow-data", "slow-backward", "skip", "size", "raise", "segfault", "gil-hang", "loader-crash",
             "loader-segfault", "subgroup-skip", "subgroup-size", "subgroup-dtype", "long-eval", "slow-save",
-            "stalled-save", "program-hang", "skip-send")
+            "stalled-save", "program-hang", "skip-send", "skip-coalesced")
 SUBGROUP_TROUBLES = ("subgroup-skip", "subgroup-size", "subgroup-dtype")
 
 
@@ -239,6 +249,8 @@ def main():
     ap.add_argument("--p2p", action="store_true")
     ap.add_argument("--p2p-group", action="store_true")
     ap.add_argument("--p2p-counted", action="store_true")
+    ap.add_argument("--coalesced", action="store_true")
+    ap.add_argument("--coalesced-deferred", action="store_true")
     ap.add_argument("--eval-seconds", type=float, default=8.0)
     ap.add_argument("--save-seconds", type=float, default=8.0)
     ap.add_argument("--slow-seconds", type=float, default=0.2)
@@ -262,6 +274,9 @@ def main():
     if args.p2p_counted:
         import torch_p2p_counting
         torch_p2p_counting.install()
+    if args.coalesced_deferred:
+        import torch_coalesced_counting
+        torch_coalesced_counting.install()
     dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=120))
     mine = rank == who
     pair = dist.new_group([0, 1]) if kind in SUBGROUP_TROUBLES else None
@@ -326,6 +341,15 @@ def main():
             pass_down(metric.clone(), step, rank, dist.get_world_size(), skip_send, pipeline)
             if pipeline is not None:
                 dist.all_reduce(metric.clone(), group=pipeline)
+        if args.coalesced:
+            if mine and kind == "skip-coalesced" and step == at:
+                announce(kind, step, rank)
+                break
+            with c10d._coalescing_manager(None, []):   # torch 1.13's parameters: (group, reqs)
+                dist.all_reduce(metric.clone())
+                dist.all_reduce(torch.ones(7) * metric)
+            if kind == "skip-coalesced" and step == at:
+                break
         if mine and kind == "size" and step == at:
             announce(kind, step, rank)
             metric = torch.zeros(1000)
