@@ -56,6 +56,15 @@ CollectiveSeen coll(uint64_t seq, std::string op, int64_t bytes, std::string sta
   return c;
 }
 
+/// A rank that issued `seq` last (all earlier ones completed), its record `recent`.
+RankReport issued(int rank, int64_t step, uint64_t seq, std::vector<CollectiveSeen> recent) {
+  RankReport r = report(rank, step);
+  r.last_enqueued = seq;
+  r.last_completed = seq - 1;
+  r.recent = std::move(recent);
+  return r;
+}
+
 /// A rank waiting in collective `seq` (all earlier ones completed).
 RankReport waiting_in(int rank, int64_t step, uint64_t seq, Duration age, std::string op = "all_reduce",
                       int64_t bytes = 4 << 20) {
@@ -527,17 +536,9 @@ TEST(HangDetectorTest, DesyncBlamesTheMinorityAndShowsExactSizes) {
   r0.last_enqueued = 13;
   r0.recent = {coll(13, "all_reduce", 4096, "completed")};
   h.detector.on_report(r0);
-  RankReport r2 = report(2, 3);
-  r2.last_enqueued = 12;
-  r2.last_completed = 11;
-  r2.recent = {coll(12, "all_reduce", 4096, "started")};
-  h.detector.on_report(r2);
+  h.detector.on_report(issued(2, 3, 12, {coll(12, "all_reduce", 4096, "started")}));
   EXPECT_FALSE(h.detector.check().has_value());
-  RankReport r1 = report(1, 3);
-  r1.last_enqueued = 12;
-  r1.last_completed = 11;
-  r1.recent = {coll(12, "all_reduce", 4100, "started")};
-  h.detector.on_report(r1);
+  h.detector.on_report(issued(1, 3, 12, {coll(12, "all_reduce", 4100, "started")}));
   auto v = h.detector.check();
   ASSERT_TRUE(v.has_value());
   EXPECT_EQ(v->kind, HangKind::kDesync);
@@ -585,6 +586,28 @@ TEST(HangDetectorTest, AnUnobservedOpMatchesAnyOp) {
   auto v = h2.detector.check();
   ASSERT_TRUE(v.has_value());
   EXPECT_EQ(v->kind, HangKind::kDesync);
+}
+
+TEST(HangDetectorTest, WhatARankLearnsLaterOfACollectiveIsComparedToo) {
+  // Rank 0 is first seen inside a coalesced block whose bytes it does not know
+  // yet (0: unknown); its next report has them. Rank 1's block of another size
+  // is then a desync, whichever report of rank 0 came first.
+  Harness h(2);
+  h.detector.on_report(issued(0, 1, 5, {coll(5, "all_reduce", 0, "started")}));
+  h.detector.on_report(issued(0, 1, 5, {coll(5, "all_reduce", 32, "started")}));
+  EXPECT_FALSE(h.detector.check().has_value());
+  h.detector.on_report(issued(1, 1, 5, {coll(5, "all_reduce", 28, "started")}));
+  auto v = h.detector.check();
+  ASSERT_TRUE(v.has_value());
+  EXPECT_EQ(v->kind, HangKind::kDesync);
+  EXPECT_THAT(v->summary, HasSubstr("collective #5: rank 0 all_reduce 32 B float32, rank 1 all_reduce 28 B float32"));
+
+  // What a rank said it knew is kept: a later report without it changes nothing.
+  Harness h2(2);
+  h2.detector.on_report(issued(0, 1, 5, {coll(5, "all_reduce", 32, "started")}));
+  h2.detector.on_report(issued(0, 1, 5, {coll(5, "unknown", 0, "started")}));
+  h2.detector.on_report(issued(1, 1, 5, {coll(5, "all_reduce", 32, "started")}));
+  EXPECT_FALSE(h2.detector.check().has_value());
 }
 
 TEST(HangDetectorTest, ResetForgetsEverything) {

@@ -176,8 +176,18 @@ void HangDetector::record_collectives(const RankReport& report) {
 void HangDetector::compare_signature(FirstSeen& seen, const std::string& group, uint64_t sequence,
                                      const Signature& sig) {
   auto [it, inserted] = seen.try_emplace(sequence, sig);
-  const Signature& ref = it->second;
-  if (inserted || ref.rank == sig.rank) return;
+  Signature& ref = it->second;
+  if (inserted) return;
+  if (ref.rank == sig.rank) {
+    // The same rank may learn more of a collective it is in: a Python rank
+    // inside a coalesced block knows its op once the first call is made, and
+    // the block's bytes as it ends. What it did not know yet is filled in, so
+    // that the other ranks are compared with all of it.
+    if (!collective_op_known(ref.op)) ref.op = sig.op;
+    if (ref.bytes <= 0) ref.bytes = sig.bytes;
+    if (ref.dtype.empty()) ref.dtype = sig.dtype;
+    return;
+  }
   const bool op_differs = collective_op_known(ref.op) && collective_op_known(sig.op) && ref.op != sig.op;
   const bool dtype_differs = !ref.dtype.empty() && !sig.dtype.empty() && ref.dtype != sig.dtype;
   const bool bytes_differ = ref.bytes > 0 && sig.bytes > 0 && ref.bytes != sig.bytes;  // 0: unknown
