@@ -111,11 +111,8 @@ def _issuing(block):
         r[OP] = "coalesced"   # none of the wrapped collectives was called in it
     announce = collectives.announcer
     if STATE.sending and announce is not None:
-        if block.rec is not None:
-            block.announced = announce(r[SEQ], r[OP].encode("ascii"), r[BYTES], r[DTYPE], block.t0)
-        else:
-            block.announced = announce(r[SEQ], r[OP].encode("ascii"), r[BYTES], r[DTYPE], block.t0,
-                                       block.sub[0].name)
+        group_name = "" if block.rec is not None else block.sub[0].name
+        block.announced = announce(r[SEQ], r[OP].encode("ascii"), r[BYTES], r[DTYPE], block.t0, group_name)
 
 
 def _end(block, failed, work):
@@ -129,8 +126,7 @@ def _end(block, failed, work):
         except Exception:
             pass
     leave(COLLECTIVE)
-    S = STATE
-    S.coll_seconds += perf() - block.t0
+    STATE.coll_seconds += perf() - block.t0
     rec = block.rec
     if rec is not None:
         rec[LAST] = rec[SEQ]
