@@ -107,6 +107,38 @@ class TorchProgressTest(CompanionTestCase):
         rank.wait_line(lambda l: l == "done", 60, "done")
         self.assertEqual(rank.finish(), 0, rank.stderr_text())
 
+    def test_sends_and_receives_in_flight_name_their_peer(self):
+        # Rank 0 waits for rank 1 in a recv, an irecv's Work and a batch's:
+        # each is in the heartbeats' peer_waits until rank 1 sends.
+        init = self.tmp / "init"
+        rank0 = self.start("peer_waits.py", 0, init, env=self.rank_env(GLOO_SOCKET_IFNAME="lo"))
+        rank1 = self.start("peer_waits.py", 1, init, env=self.rank_env(companion=False, GLOO_SOCKET_IFNAME="lo"))
+        conn, _ = self.accept_rank(rank0)
+
+        def in_flight(m):
+            return [(w["op"], w["peer"], w["bytes"]) for w in m.get("peer_waits", ())]
+
+        def waits(stage, wait, alone=True):
+            rank0.wait_line(lambda l: l == stage, 60, stage)
+            hb = conn.wait_for(lambda m: heartbeat(m) and wait in in_flight(m), 30, "a wait in " + stage)
+            self.assertTrue(all(w["age_ms"] >= 0 for w in hb["peer_waits"]), hb)
+            if alone:   # what came before has left the list
+                self.assertEqual(in_flight(hb), [wait], hb)
+            return hb
+
+        waits("recv", ("recv", 1, 64))
+        rank1.write("\n")
+        waits("irecv", ("irecv", 1, 64))
+        rank1.write("\n")
+        # The batch's isend of 16 bytes may complete before rank 1 receives it.
+        hb = waits("batch", ("irecv", 1, 32), alone=False)
+        self.assertTrue(set(in_flight(hb)) <= {("isend", 1, 16), ("irecv", 1, 32)}, hb)
+        rank1.write("\n")
+        rank0.wait_line(lambda l: l == "done", 60, "done")
+        conn.wait_for(lambda m: heartbeat(m) and not m.get("peer_waits"), 30, "no wait once all returned")
+        self.assertEqual(rank0.finish(), 0, rank0.stderr_text())
+        self.assertEqual(rank1.finish(), 0, rank1.stderr_text())
+
     def test_blocked_in_collective(self):
         # Rank 0 waits in a barrier (in C++, GIL released) until rank 1 joins.
         init = self.tmp / "init"

@@ -40,9 +40,9 @@ PHASES = {"data", "forward", "backward", "optimizer", "collective", "checkpoint"
 
 TROUBLE_RE = re.compile(r"^\[0:(\d+)\] torch_ddp_trouble: ([\w-]+) at step (\d+)")
 STUCK_RE = re.compile(r"error: stuck_collective detected: rank (\d+) \(host \S+, pid (\d+), step (\d+), "
-                      r"phase (\w+)\) never entered (\w+) #(\d+) .*that ranks? ([\d,]+) ha(?:s|ve) waited")
+                      r"phase (\w+)(?:, [^()]*)?\) never entered (\w+) #(\d+) .*that ranks? ([\d,]+) ha(?:s|ve) waited")
 SUBGROUP_RE = re.compile(r"error: stuck_collective detected: rank (\d+) \(host \S+, pid (\d+), step \d+, "
-                         r"phase \w+\) never entered (\w+) #(\d+) .*of group (\S+) \(ranks ([\d,]+)\) "
+                         r"phase \w+(?:, [^()]*)?\) never entered (\w+) #(\d+) .*of group (\S+) \(ranks ([\d,]+)\) "
                          r"that ranks? ([\d,]+) ha(?:s|ve) waited in for [\d.]+ s; meanwhile ranks? ([\d,]+) ")
 DESYNC_RE = re.compile(r"error: desync detected: desync at collective #(\d+): (.*)")
 STRAGGLER_RE = re.compile(r"warning: straggler: rank (\d+) \(host [^)]*\) is a straggler: busy .* per step, "
@@ -372,6 +372,7 @@ class PythonHangTests(PythonCompanionTestCase):
         stuck = w.first(STUCK_RE, "err")
         self.assertIsNotNone(stuck, "no stuck_collective report" + res.describe())
         self.assertEqual(stuck[1].group(1, 5, 7), ("2", "all_reduce", "0,1"), res.describe())
+        self.assertIn(", in recv from rank 1) never entered", stuck[1].group(0), "what rank 2 waits in" + res.describe())
         self.assert_detected_in_time(w, stuck, res)
         groups = merged_groups(res.err)
         self.assertIn("(dist.recv(tensor, previous, group=group))", groups["2"][0], res.describe())

@@ -144,6 +144,36 @@ TEST(CompanionMessages, HeartbeatCarriesTheSubgroupsCounts) {
   EXPECT_FALSE(back.subgroups[0].open);
 }
 
+TEST(CompanionMessages, SendsAndReceivesInFlightReachTheCoordinator) {
+  const auto hello = parse_companion_hello(kHello);
+  const auto r = parse_companion_heartbeat(
+      R"j({"type":"heartbeat","step":20,"phase":"other",
+          "peer_waits":[{"op":"recv","peer":0,"bytes":2048,"age_ms":5200},
+                        {"op":"irecv","peer":-1,"bytes":4,"age_ms":10},
+                        {"op":"send","peer":-2,"bytes":4},{"peer":1},"x",
+                        {"op":"isend","peer":3,"bytes":-7,"age_ms":-1}]})j",
+      *hello, 1234, 1, "node-a");
+  ASSERT_TRUE(r);
+  ASSERT_EQ(r->peer_waits.size(), 3u) << "no op, or a peer below -1 (any source): left out";
+  EXPECT_EQ(r->peer_waits[0].op, "recv");
+  EXPECT_EQ(r->peer_waits[0].peer, 0);
+  EXPECT_EQ(r->peer_waits[0].bytes, 2048);
+  EXPECT_EQ(r->peer_waits[0].age, 5200ms);
+  EXPECT_EQ(r->peer_waits[1].peer, -1);
+  EXPECT_EQ(r->peer_waits[2].bytes, 0);
+  EXPECT_EQ(r->peer_waits[2].age, 0ms);
+
+  ::ddplaunch::v1::WorkerHeartbeat hb;
+  to_proto(*r, Duration::zero(), hb);
+  const RankReport back = from_proto(hb, 1, "node-a");
+  ASSERT_EQ(back.peer_waits.size(), 3u);
+  EXPECT_EQ(back.peer_waits[0].op, "recv");
+  EXPECT_EQ(back.peer_waits[0].peer, 0);
+  EXPECT_EQ(back.peer_waits[0].bytes, 2048);
+  EXPECT_EQ(back.peer_waits[0].age, 5200ms);
+  EXPECT_EQ(back.peer_waits[1].peer, -1);
+}
+
 TEST(CompanionMessages, HeartbeatFieldsOfTheWrongTypeOrRangeAreIgnored) {
   const auto hello = parse_companion_hello(kHello);
   const auto r = parse_companion_heartbeat(

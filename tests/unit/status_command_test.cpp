@@ -78,6 +78,21 @@ TEST(StatusCommand, ACollectiveOfUnknownSizeShowsOnlyItsWait) {
   EXPECT_EQ(out[2].substr(out[2].find("all_reduce")), "all_reduce #20 (5.9 s)");
 }
 
+TEST(StatusCommand, ARankInNoCollectiveShowsTheSendOrReceiveItWaitsIn) {
+  // A pipeline's stages: rank 0 waits to send to 1, rank 1 to receive from any rank.
+  nlohmann::json s = {{"job_id", "j8"}, {"world_size", 3}, {"nnodes", 1}};
+  nlohmann::json r0 = rank(0, 0.4), r1 = rank(1, 0.4);
+  r0["peer_waits"] = {{{"op", "send"}, {"peer", 1}, {"bytes", 1024}, {"age_s", 6.2}},
+                      {{"op", "irecv"}, {"peer", 2}, {"bytes", 8}, {"age_s", 1.0}}};
+  r1["peer_waits"] = {{{"op", "recv"}, {"peer", -1}, {"bytes", 0}, {"age_s", 3.0}}};
+  s["ranks"] = {{"hang_timeout_s", 10.0}, {"ranks", {r0, r1, rank(2, 0.4)}}};
+  const auto out = lines(render_status(s));
+  ASSERT_EQ(out.size(), 5u) << render_status(s);
+  EXPECT_EQ(out[2].substr(out[2].find("send")), "send to 1 (1.0 KiB, 6.2 s)");
+  EXPECT_EQ(out[3].substr(out[3].find("recv")), "recv from any (3.0 s)");
+  EXPECT_EQ(out[4].back(), '-');
+}
+
 TEST(StatusCommand, ListsTheWarningsUnderTheTable) {
   nlohmann::json s = {{"job_id", "j5"}, {"world_size", 2}, {"nnodes", 1}};
   s["ranks"] = {{"hang_timeout_s", 10.0}, {"ranks", {rank(0, 0.4), rank(1, 0.4)}}, {"warnings_total", 1}};

@@ -33,7 +33,7 @@ def oldest_unfinished(pending):
         work = ref()
         try:
             # A Work the program dropped can no longer be asked: count it done.
-            done = work is None or _finished(work)
+            done = work is None or finished(work)
         except Exception:
             done = True
         if done:
@@ -48,7 +48,7 @@ def oldest_unfinished(pending):
     return oldest
 
 
-def _finished(work):
+def finished(work):
     """A Work's is_completed(), or a Future's done() (all_reduce_coalesced and
     all_gather_coalesced return one with async_op=True)."""
     check = getattr(work, "is_completed", None)

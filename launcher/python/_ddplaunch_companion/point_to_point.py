@@ -17,12 +17,15 @@ returned (with NCCL it starts them together as it ends) is taken back too.
 
 Threads: a call on one group from several threads at once shares one hold;
 the counter is read and the base moved under a lock (a point-to-point call
-is no hot path: it waits for a peer)."""
+is no hot path: it waits for a peer).
+
+The same wrappers tell peer_waits.py which calls are in flight, and for
+which peer, for the heartbeats."""
 
 import functools
 import threading
 
-from . import progress, subgroups, wrapping
+from . import peer_waits, progress, subgroups, wrapping
 
 CALLS = ("irecv", "isend", "monitored_barrier", "recv", "send")   # with a group parameter
 
@@ -91,11 +94,14 @@ def release(owner, held):
             owner.base += held.real() - held.before - held.extra
 
 
-def _wrapper(group_of):
-    """group_of(args, kwargs): the group a call is on (None: the default one)."""
+def _wrapper(group_of, follow=None):
+    """group_of(args, kwargs): the group a call is on (None: the default one).
+    follow(fn): what follows its calls in flight (peer_waits.Call or Batch), or None."""
     W = wrapping
 
     def make(fn):
+        waits = None if follow is None else follow(fn)
+
         @functools.wraps(fn)
         def wrapper(*args, **kwargs):
             if W.compiling is not None and W.compiling():
@@ -105,15 +111,30 @@ def _wrapper(group_of):
                 held = None if owner is None else hold(owner)
             except Exception:   # never break the user's call: it is then counted as torch counts it
                 owner = held = None
-            if held is None:
-                return fn(*args, **kwargs)
-            try:
-                return fn(*args, **kwargs)
-            finally:
+            token = None
+            if waits is not None:
                 try:
-                    release(owner, held)
+                    token = waits.start(args, kwargs)
+                except Exception:
+                    token = None
+            try:
+                result = fn(*args, **kwargs)
+            except BaseException:
+                if token is not None:
+                    waits.failed(token)
+                raise
+            finally:
+                if held is not None:
+                    try:
+                        release(owner, held)
+                    except Exception:
+                        pass
+            if token is not None:
+                try:
+                    waits.returned(token, result)
                 except Exception:
                     pass
+            return result
         return wrapper
     return make
 
@@ -124,5 +145,6 @@ def patch(c10d, replace_in_both):
     for name in CALLS:
         fn = getattr(c10d, name, None)
         if fn is not None:
-            replace_in_both(name, _wrapper(group_argument(wrapping.arg_index(fn, "group"))))
-    replace_in_both("batch_isend_irecv", _wrapper(_first_op_group))
+            follow = None if name == "monitored_barrier" else functools.partial(peer_waits.Call, name)
+            replace_in_both(name, _wrapper(group_argument(wrapping.arg_index(fn, "group")), follow))
+    replace_in_both("batch_isend_irecv", _wrapper(_first_op_group, lambda fn: peer_waits.Batch()))

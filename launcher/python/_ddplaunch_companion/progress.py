@@ -8,7 +8,7 @@ under the GIL); the heartbeat builder reads it under the channel lock."""
 import collections
 import time
 
-from . import pending_work, subgroups
+from . import peer_waits, pending_work, subgroups
 
 RECENT = 16            # entries a heartbeat carries
 perf = time.perf_counter
@@ -286,4 +286,10 @@ def build_heartbeat(exiting=False):
         groups = None
     if groups:
         msg["groups"] = groups
+    try:
+        waits = peer_waits.heartbeat_entries(now)
+    except Exception:
+        waits = None
+    if waits:
+        msg["peer_waits"] = waits
     return msg

@@ -9,8 +9,21 @@
 namespace ddp {
 namespace {
 
+// A rank in no collective may wait in a send or receive (a pipeline's stage):
+// "recv from 0 (2.0 KiB, 5.2 s)".
+std::string peer_wait(const nlohmann::json& r) {
+  if (!r.contains("peer_waits") || r["peer_waits"].empty()) return "-";
+  const auto& w = r["peer_waits"].front();
+  const std::string op = w.value("op", "?");
+  const int peer = w.value("peer", -1);
+  const char* direction = op == "recv" || op == "irecv" ? "from" : "to";
+  const int64_t bytes = w.value("bytes", int64_t{0});
+  return fmt::format("{} {} {} ({}{:.1f} s)", op, direction, peer < 0 ? std::string("any") : std::to_string(peer),
+                     bytes > 0 ? format_bytes(bytes) + ", " : std::string(), w.value("age_s", 0.0));
+}
+
 std::string open_collective(const nlohmann::json& r) {
-  if (!r.contains("open_collectives") || r["open_collectives"].empty()) return "-";
+  if (!r.contains("open_collectives") || r["open_collectives"].empty()) return peer_wait(r);
   const auto& c = r["open_collectives"].front();
   const std::string group = c.contains("group") ? " group " + c.value("group", std::string()) : std::string();
   // Size and dtype where the rank knew them: a DDP bucket all-reduce seen

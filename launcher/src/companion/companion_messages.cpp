@@ -16,6 +16,7 @@ using json = nlohmann::json;
 constexpr size_t kMaxRecent = 64;
 constexpr size_t kMaxGroupRecent = 16;
 constexpr size_t kMaxSubgroups = 64;
+constexpr size_t kMaxPeerWaits = 16;
 constexpr size_t kMaxGroupRanks = 1 << 20;
 constexpr size_t kMaxThreads = 64;
 constexpr size_t kMaxFrames = 256;
@@ -132,6 +133,27 @@ std::vector<SubgroupProgress> subgroups_field(const json& j) {
   return out;
 }
 
+/// The heartbeat's "peer_waits" (point_to_point.py), oldest first: where
+/// there are too many, the oldest are kept (the longest waits). An entry
+/// without an op, or with a peer below -1 (any source), is left out.
+std::vector<PeerWait> peer_waits_field(const json& j) {
+  std::vector<PeerWait> out;
+  const auto list = j.find("peer_waits");
+  if (list == j.end() || !list->is_array()) return out;
+  for (const json& w : *list) {
+    if (out.size() >= kMaxPeerWaits) break;
+    if (!w.is_object()) continue;
+    PeerWait p;
+    p.op = text_field(w, "op");
+    p.peer = int32_field(w, "peer", -2);
+    if (p.op.empty() || p.peer < -1) continue;
+    p.bytes = std::max<int64_t>(int_field(w, "bytes", 0), 0);
+    p.age = std::chrono::milliseconds(std::clamp<int64_t>(int_field(w, "age_ms", 0), 0, kMaxAgeMs));
+    out.push_back(std::move(p));
+  }
+  return out;
+}
+
 }  // namespace
 
 CompanionMessageKind companion_message_kind(const std::string& text) {
@@ -185,6 +207,7 @@ std::optional<RankReport> parse_companion_heartbeat(const std::string& text, con
   r.announced = sequence_field(*j, "announced");
   r.recent = recent_field(*j, kMaxRecent);
   r.subgroups = subgroups_field(*j);
+  r.peer_waits = peer_waits_field(*j);
   return r;
 }
 

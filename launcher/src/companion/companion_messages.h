@@ -9,7 +9,8 @@
 //    "announcements"}   (the file of collective_announcements.h, if it made one)
 //   {"type":"heartbeat","step","phase","step_seconds","busy_seconds","sync_seconds","last_enqueued","last_started",
 //    "last_completed","recent":[{"sequence","op","bytes","dtype","state","age_ms"}],"exiting","torch",
-//    "announced","activity"}
+//    "announced","activity","groups":[{"group","ranks","last_enqueued","last_completed","open","recent"}],
+//    "peer_waits":[{"op","peer","bytes","age_ms"}]}
 //   {"type":"stacks","threads":[{"name","main","frames":[{"function","file","line","code"}]}]}
 //   {"type":"flight_recorder","path","summary"}
 // Agent -> companion: {"type":"dump_stacks"}.

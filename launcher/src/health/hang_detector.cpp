@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 
 #include "health/health_view.h"
+#include "health/peer_waits.h"
 #include "health/rank_list.h"
 #include "health/subgroup_waits.h"
 #include "output/byte_size.h"
@@ -20,6 +21,8 @@ constexpr size_t kRememberedGroups = 64;   // other groups whose open collective
 constexpr size_t kRememberedPerGroup = 64;
 // How many ranks a summary describes in full before "and N more".
 constexpr size_t kDescribedRanks = 3;
+// How many point-to-point waits a summary lists before "and N more".
+constexpr size_t kDescribedWaits = 4;
 
 double seconds(Duration d) { return std::chrono::duration<double>(d).count(); }
 
@@ -435,6 +438,7 @@ std::optional<HangVerdict> HangDetector::stuck_verdict(SteadyTime now) const {
     // through its phases: a long loop without steps or collectives (an
     // evaluation pass), not a hang.
     if (std::any_of(active.begin(), active.end(), is_working)) return std::nullopt;
+    if (auto peers = peer_verdict(active, now, idle)) return peers;
     std::string ranks;
     for (size_t i = 0; i < active.size() && i < 8; ++i) {
       const RankReport& r = *ranks_[static_cast<size_t>(active[i])].report;
@@ -503,6 +507,57 @@ std::optional<HangVerdict> HangDetector::stuck_verdict(SteadyTime now) const {
   return v;
 }
 
+std::optional<HangVerdict> HangDetector::peer_verdict(const std::vector<int>& active, SteadyTime now,
+                                                      Duration idle) const {
+  std::vector<const RankReport*> reports(ranks_.size(), nullptr);
+  for (size_t i = 0; i < ranks_.size(); ++i) {
+    if (ranks_[i].monitored) reports[i] = ranks_[i].report.get();
+  }
+  const std::optional<PeerBlock> block = find_peer_block(reports, active);
+  if (!block) return std::nullopt;
+  HangVerdict v;
+  v.kind = HangKind::kStuckCollective;
+  v.culprits = block->culprits;
+  v.waiting = block->waiting;
+  v.op = block->edges.front().wait.op;
+  // "rank 2 in recv (1.0 KiB) from rank 1 for 3.2 s, ...": the waits of the
+  // ranks `of` picks, at most kDescribedWaits of them.
+  const auto list_waits = [&](const std::vector<int>& of) {
+    std::string out;
+    size_t shown = 0, left = 0;
+    for (const PeerEdge& e : block->edges) {
+      if (std::find(of.begin(), of.end(), e.rank) == of.end()) continue;
+      if (shown == kDescribedWaits) {
+        ++left;
+        continue;
+      }
+      const Duration age = e.wait.age + (now - ranks_[static_cast<size_t>(e.rank)].received_at);
+      out += fmt::format("{}rank {} in {} for {}", shown++ ? ", " : "", e.rank, describe_peer_wait(e.wait),
+                         format_seconds(age));
+    }
+    return left ? out + fmt::format(" and {} more", left) : out;
+  };
+  const std::string head =
+      fmt::format("no progress for {} (hang timeout {})", format_seconds(idle), format_seconds(config_.hang_timeout));
+  if (block->cycle) {
+    v.summary = fmt::format("{}: {} wait for one another in sends and receives that never pair up: {}", head,
+                            rank_word(v.culprits), list_waits(v.culprits));
+    if (!v.waiting.empty()) {
+      v.summary += fmt::format("; {} {} for them: {}", rank_word(v.waiting), v.waiting.size() == 1 ? "waits" : "wait",
+                               list_waits(v.waiting));
+    }
+    return v;
+  }
+  std::string who;
+  for (size_t i = 0; i < v.culprits.size() && i < kDescribedRanks; ++i) who += (i ? ", " : "") + describe(v.culprits[i]);
+  if (v.culprits.size() > kDescribedRanks) who += fmt::format(" and {} more", v.culprits.size() - kDescribedRanks);
+  const bool one = v.culprits.size() == 1;
+  v.summary = fmt::format("{}: {} {} in no send or receive while {} {} for {}: {}", head, who, one ? "is" : "are",
+                          rank_word(v.waiting), v.waiting.size() == 1 ? "waits" : "wait", one ? "it" : "them",
+                          list_waits(v.waiting));
+  return v;
+}
+
 bool HangDetector::working(int rank, SteadyTime now) const {
   const RankState& st = ranks_[static_cast<size_t>(rank)];
   if (st.exited) return false;
@@ -557,6 +612,7 @@ std::string HangDetector::describe(int rank) const {
   if (r.pid > 0) parts.push_back(fmt::format("pid {}", r.pid));
   if (r.step >= 0) parts.push_back(fmt::format("step {}", r.step));
   parts.push_back(std::string("phase ") + to_string(r.phase));
+  if (!r.peer_waits.empty()) parts.push_back("in " + describe_peer_wait(r.peer_waits.front(), false));
   if (st.exited) parts.push_back("exited");
   std::string out = fmt::format("rank {} (", rank);
   for (size_t i = 0; i < parts.size(); ++i) out += (i ? ", " : "") + parts[i];

@@ -213,6 +213,10 @@ class HangDetector {
   /// caller takes for "no hang yet".
   std::optional<HangVerdict> subgroup_verdict(const std::vector<int>& among, SteadyTime now,
                                               const std::string* then) const;
+  /// The verdict where no rank in `active` waits in a collective but some
+  /// wait in sends or receives (peer_waits.h): the ranks the waits end at,
+  /// or the ranks of a cycle. nullopt: no rank waits for a given peer.
+  std::optional<HangVerdict> peer_verdict(const std::vector<int>& active, SteadyTime now, Duration idle) const;
   void record_collectives(const RankReport& report);
   /// Compares what `sig` issued as collective `sequence` of `group` with the
   /// first report of it in `seen`, noting a desync where they differ.

@@ -60,6 +60,13 @@ nlohmann::json rank_view_json(const RankView& rank, WallTime wall_now) {
   }
   j["open_collectives"] = std::move(open);
   if (!groups.empty()) j["subgroups"] = std::move(groups);
+  if (!r.peer_waits.empty()) {
+    nlohmann::json waits = nlohmann::json::array();
+    for (const PeerWait& w : r.peer_waits) {
+      waits.push_back({{"op", w.op}, {"peer", w.peer}, {"bytes", w.bytes}, {"age_s", seconds(w.age + rank.heartbeat_age)}});
+    }
+    j["peer_waits"] = std::move(waits);
+  }
   return j;
 }
 

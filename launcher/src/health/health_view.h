@@ -53,7 +53,8 @@ struct HealthView {
 /// "last_started", "last_completed", "exited", "open_collectives" (the
 /// default group's, then one per subgroup with "group" and "group_ranks"),
 /// "subgroups" (when any: [{"group", "ranks", "last_enqueued",
-/// "last_completed"}])}.
+/// "last_completed"}]), "peer_waits" (when any: [{"op", "peer", "bytes",
+/// "age_s"}], the sends and receives it has in flight)}.
 nlohmann::json rank_view_json(const RankView& rank, WallTime wall_now);
 
 /// The whole view, as HangDetector::snapshot() documents it.

@@ -77,6 +77,10 @@ inline RankReport from_proto(const ::ddplaunch::v1::WorkerHeartbeat& hb, int nod
     for (const auto& c : g.recent()) p.recent.push_back(from_proto(c));
     r.subgroups.push_back(std::move(p));
   }
+  r.peer_waits.reserve(static_cast<size_t>(hb.peer_waits_size()));
+  for (const auto& w : hb.peer_waits()) {
+    r.peer_waits.push_back(PeerWait{w.op(), w.peer(), w.bytes(), heartbeat_age(w.age_ms())});
+  }
   return r;
 }
 
@@ -103,6 +107,13 @@ inline void to_proto(const RankReport& r, Duration held, ::ddplaunch::v1::Worker
     out->set_last_completed(g.last_completed);
     if (g.open) to_proto(*g.open, *out->mutable_open());
     for (const CollectiveSeen& c : g.recent) to_proto(c, *out->add_recent());
+  }
+  for (const PeerWait& w : r.peer_waits) {
+    auto* out = hb.add_peer_waits();
+    out->set_op(w.op);
+    out->set_peer(w.peer);
+    out->set_bytes(w.bytes);
+    out->set_age_ms(std::chrono::duration_cast<std::chrono::milliseconds>(w.age).count());
   }
   hb.set_held_ms(std::chrono::duration_cast<std::chrono::milliseconds>(held).count());
 }

@@ -34,6 +34,17 @@ struct CollectiveSeen {
 /// "unknown", and such an entry matches any op.
 inline bool collective_op_known(const std::string& op) { return !op.empty() && op != "unknown"; }
 
+/// A point-to-point call the rank has in flight (send, recv, isend, irecv,
+/// batch_isend_irecv: the Python companion's point_to_point.py): the peer it
+/// waits for. A blocking call is in flight until it returns, an asynchronous
+/// one until its Work completes.
+struct PeerWait {
+  std::string op;       // "send", "recv", "isend" or "irecv"
+  int peer = -1;        // the peer's global rank; -1: any (a recv without src)
+  int64_t bytes = 0;    // of its tensor
+  Duration age{};       // how long it had been in flight when the report was made
+};
+
 /// A Python rank's count of the collectives it called on one process group
 /// other than the default one (dist.new_group): torch's own counter of that
 /// group where the companion saw it made, else the companion's count of the
@@ -74,6 +85,7 @@ struct RankReport {
   uint64_t last_completed = 0;
   std::vector<CollectiveSeen> recent;  // the last few collectives, oldest first
   std::vector<SubgroupProgress> subgroups;  // the groups it used last (Python ranks only)
+  std::vector<PeerWait> peer_waits;          // its point-to-point calls in flight, oldest first (Python ranks only)
   bool exiting = false;            // its last heartbeat: the worker is leaving
   uint64_t activity = 0;           // phases gone through so far: a change says it works
                                    // (an evaluation loop: no step, no collective)

@@ -1,0 +1,78 @@
+#!/usr/bin/python3
+"""A plain pipeline-parallel PyTorch script (Gloo on the CPU; it knows nothing of
+ddplaunch): each rank is one stage of a small MLP. Forward activations go down the
+stages with blocking send/recv, gradients come back up with isend/irecv and wait(),
+and every stage steps its own optimizer; no collective after init_process_group.
+
+--trouble KIND@STEP:RANK injects one trouble at STEP on RANK, which prints
+"torch_pipeline_trouble: KIND at step STEP" to stderr as it does:
+  stall        the stage sleeps before its step (as a stuck data loader would): the
+               stages after it wait in recv for it, and the stages before it for their
+               gradients
+  recv-first   the stage receives its gradient before it sends its activation down:
+               it and the next stage each wait to receive from the other
+
+Usage: torch_pipeline_trouble.py [--steps N] [--step-sleep S] [--trouble KIND@STEP:RANK]
+"""
+import argparse
+import sys
+import time
+
+import torch
+import torch.distributed as dist
+import torch.nn as nn
+
+WIDTH = 32
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--steps", type=int, default=1000000)
+    ap.add_argument("--step-sleep", type=float, default=0.02)
+    ap.add_argument("--trouble", default=None)
+    args = ap.parse_args()
+    kind, at, who = None, -1, -1
+    if args.trouble:
+        kind, rest = args.trouble.split("@")
+        at, who = (int(x) for x in rest.split(":"))
+
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo")
+    rank, world = dist.get_rank(), dist.get_world_size()
+    torch.manual_seed(rank)
+    stage = nn.Sequential(nn.Linear(WIDTH, WIDTH), nn.Tanh())
+    opt = torch.optim.SGD(stage.parameters(), lr=0.01)
+    first, last = rank == 0, rank == world - 1
+    for step in range(args.steps):
+        trouble = kind if rank == who and step == at else None
+        if trouble:
+            print(f"torch_pipeline_trouble: {trouble} at step {step}", file=sys.stderr, flush=True)
+        if trouble == "stall":
+            time.sleep(3600)
+        if first:
+            x = torch.randn(8, WIDTH)
+        else:
+            x = torch.empty(8, WIDTH)
+            dist.recv(x, src=rank - 1)
+            x.requires_grad_()
+        y = stage(x)
+        if last:
+            y.pow(2).mean().backward()
+        else:
+            grad = torch.empty(8, WIDTH)
+            if trouble == "recv-first":
+                dist.irecv(grad, src=rank + 1).wait()
+            dist.send(y.detach(), dst=rank + 1)
+            if trouble != "recv-first":
+                dist.irecv(grad, src=rank + 1).wait()
+            y.backward(grad)
+        if not first:
+            dist.isend(x.grad, dst=rank - 1).wait()
+        opt.step()
+        opt.zero_grad()
+        time.sleep(args.step_sleep)
+    print(f"torch_pipeline_trouble: done {rank}", flush=True)
+
+
+if __name__ == "__main__":
+    main()
