@@ -106,13 +106,10 @@ class Batch(object):
     def returned(self, numbers, works):
         _batching.discard(threading.get_ident())
         works = list(works or ())
-        for i, n in enumerate(numbers):
-            if len(works) == len(numbers):
-                _runs_on(n, works[i])
-            elif works:
-                _runs_on(n, works[-1])
-            else:
-                in_flight.pop(n, None)
+        if len(works) != len(numbers):   # coalesced: the last one finishes them all
+            works = [works[-1]] * len(numbers) if works else [None] * len(numbers)
+        for n, work in zip(numbers, works):
+            _runs_on(n, work)
 
     def failed(self, numbers):
         _batching.discard(threading.get_ident())

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include "health/peer_waits.h"
 #include "health/rank_state.h"
 #include "output/byte_size.h"
 
@@ -16,9 +17,8 @@ std::string peer_wait(const nlohmann::json& r) {
   const auto& w = r["peer_waits"].front();
   const std::string op = w.value("op", "?");
   const int peer = w.value("peer", -1);
-  const char* direction = op == "recv" || op == "irecv" ? "from" : "to";
   const int64_t bytes = w.value("bytes", int64_t{0});
-  return fmt::format("{} {} {} ({}{:.1f} s)", op, direction, peer < 0 ? std::string("any") : std::to_string(peer),
+  return fmt::format("{} {} {} ({}{:.1f} s)", op, peer_direction(op), peer < 0 ? std::string("any") : std::to_string(peer),
                      bytes > 0 ? format_bytes(bytes) + ", " : std::string(), w.value("age_s", 0.0));
 }
 

@@ -10,16 +10,12 @@
 
 namespace ddp {
 
-namespace {
-
-bool receives(const std::string& op) { return op == "recv" || op == "irecv"; }
-
-}  // namespace
+const char* peer_direction(const std::string& op) { return op == "recv" || op == "irecv" ? "from" : "to"; }
 
 std::string describe_peer_wait(const PeerWait& wait, bool with_bytes) {
   std::string out = wait.op;
   if (with_bytes && wait.bytes > 0) out += " (" + format_bytes(wait.bytes) + ")";
-  const char* direction = receives(wait.op) ? "from" : "to";
+  const char* direction = peer_direction(wait.op);
   return wait.peer < 0 ? out + " " + direction + " any rank" : fmt::format("{} {} rank {}", out, direction, wait.peer);
 }
 

@@ -35,6 +35,9 @@ struct PeerBlock {
 /// nullopt: no rank in `among` waits for a given peer.
 std::optional<PeerBlock> find_peer_block(const std::vector<const RankReport*>& reports, const std::vector<int>& among);
 
+/// "from" for a receive (recv, irecv), else "to": which way a wait's peer is.
+const char* peer_direction(const std::string& op);
+
 /// "recv (2.0 KiB) from rank 0" / "send to rank 3" / "recv from any rank":
 /// what a wait is; without its bytes where `with_bytes` is false.
 std::string describe_peer_wait(const PeerWait& wait, bool with_bytes = true);
