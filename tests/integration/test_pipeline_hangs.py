@@ -3,7 +3,8 @@
 collective after init), diagnosed through the Python companion's report of the sends and
 receives each rank has in flight. With no rank in a collective, the verdict follows the
 waits: a stage that stops is named by the stages waiting for it, and stages that each
-receive from the other first are named together. Each test checks who is named and how
+receive from the other first are named together; where the stages receive from any
+source, the stage in no send or receive is named. Each test checks who is named and how
 fast (from the trouble line the rank prints to the report line), the merged stacks, and
 that nothing is left running.
 """
@@ -20,15 +21,15 @@ SCRIPT = worker("torch_pipeline_trouble.py")
 TROUBLE_RE = re.compile(r"^\[0:(\d+)\] torch_pipeline_trouble: ([\w-]+) at step (\d+)")
 BLOCKED_RE = re.compile(r"error: stuck_collective detected: no progress for [\d.]+ s \(hang timeout [\d.]+ s\): "
                         r"rank (\d+) \(host \S+, pid \d+, step \d+, phase (\w+)\) is in no send or receive "
-                        r"while ranks? ([\d,]+) waits? for it: (.*)")
+                        r"while ranks? ([\d,]+) waits? for (?:it|them): (.*)")
 CYCLE_RE = re.compile(r"error: stuck_collective detected: no progress for [\d.]+ s \(hang timeout [\d.]+ s\): "
                       r"ranks ([\d,]+) wait for one another in sends and receives that never pair up: (.*)")
 
 
 class PipelineHangTests(PythonCompanionTestCase):
-    def run_pipeline(self, trouble):
+    def run_pipeline(self, trouble, *script_args):
         args = [f"--nproc-per-node={NPROC}", f"--heartbeat-interval={HB}", f"--hang-timeout={HANG}",
-                SCRIPT, "--trouble", trouble]
+                SCRIPT, "--trouble", trouble, *script_args]
         launch = self.start(args)
         watch = Watch(launch)
         res, t_exit = self.finish_watched(launch, watch, 90)
@@ -60,6 +61,20 @@ class PipelineHangTests(PythonCompanionTestCase):
         self.assertIn("time.sleep(3600)", culprit[0][0], res.describe())
         self.assertTrue(culprit[0][1], "rank 1's stack is the likely culprit" + res.describe())
         self.assertIn("dist.recv(x, src=rank - 1)", groups["2"][0], res.describe())
+        self.assert_no_leftovers(timeout=2.0)
+
+    def test_a_stage_that_stops_is_named_where_the_others_receive_from_any_source(self):
+        # Stage 0 sleeps before step 20; stages 1 and 2 wait in recv without src.
+        res, w = self.run_pipeline("stall@20:0", "--any-source")
+        blocked = w.first(BLOCKED_RE, "err")
+        self.assertIsNotNone(blocked, "no report naming the stage in no send or receive" + res.describe())
+        rank, phase, waiting, waits = blocked[1].groups()
+        self.assertEqual((rank, phase, waiting), ("0", "other", "1,2"), res.describe())
+        self.assertIn("rank 1 in recv (1.0 KiB) from any rank for ", waits, res.describe())
+        self.assertIn("rank 2 in recv (1.0 KiB) from any rank for ", waits, res.describe())
+        self.assert_in_time(w, blocked, res)
+        groups = merged_groups(res.err)
+        self.assertIn("time.sleep(3600)", groups["0"][0], res.describe())
         self.assert_no_leftovers(timeout=2.0)
 
     def test_stages_that_each_receive_from_the_other_first_are_named_together(self):

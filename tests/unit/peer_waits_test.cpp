@@ -36,10 +36,33 @@ struct World {
   std::vector<RankReport> reports;
 };
 
-TEST(PeerWaitsTest, NoWaitForAGivenPeerIsNoBlock) {
+TEST(PeerWaitsTest, NoWaitForAPeerIsNoBlock) {
   EXPECT_FALSE(World(3).find().has_value());
-  // A recv from any source, from itself, or from outside the world leads nowhere.
-  EXPECT_FALSE(World(3).wait(0, "recv", -1).wait(1, "recv", 1).wait(2, "send", 7).find().has_value());
+  // A wait for itself, for a rank outside the world, or a send to any rank leads nowhere.
+  EXPECT_FALSE(World(3).wait(0, "send", -1).wait(1, "recv", 1).wait(2, "send", 7).find().has_value());
+}
+
+TEST(PeerWaitsTest, AReceiveFromAnySourceWaitsForTheRanksInNoSendOrReceive) {
+  // Rank 2 receives from whoever sends; 0 sleeps, 1's only wait leads nowhere.
+  auto b = World(3).wait(2, "recv", -1, seconds(4)).wait(2, "irecv", -1, seconds(7)).wait(1, "send", 9).find();
+  ASSERT_TRUE(b.has_value());
+  EXPECT_FALSE(b->cycle);
+  EXPECT_EQ(b->culprits, std::vector<int>({0, 1}));
+  EXPECT_EQ(b->waiting, std::vector<int>({2}));
+  ASSERT_EQ(b->edges.size(), 1u);
+  EXPECT_EQ(b->edges[0].wait.op, "irecv");   // its longest
+  EXPECT_EQ(b->edges[0].wait.peer, -1);
+  // Every rank receives from any source: they wait for one another.
+  auto all = World(2).wait(0, "recv", -1).wait(1, "irecv", -1).find();
+  ASSERT_TRUE(all.has_value());
+  EXPECT_TRUE(all->cycle);
+  EXPECT_EQ(all->culprits, std::vector<int>({0, 1}));
+  EXPECT_TRUE(all->waiting.empty());
+  // A wait for a given peer decides: the receive from any source is not followed.
+  auto given = World(3).wait(0, "recv", -1).wait(1, "recv", 2).find();
+  ASSERT_TRUE(given.has_value());
+  EXPECT_EQ(given->culprits, std::vector<int>({2}));
+  EXPECT_EQ(given->waiting, std::vector<int>({1}));
 }
 
 TEST(PeerWaitsTest, APipelineOfWaitsEndsAtTheRankThatWaitsForNoPeer) {
@@ -156,9 +179,22 @@ TEST(PeerWaitsTest, TheHangDetectorNamesStagesThatReceiveFromEachOtherFirst) {
   EXPECT_THAT(v->first.summary, HasSubstr("; rank 0 waits for them: rank 0 in irecv (2.0 KiB) from rank 1 for 3."));
 }
 
-TEST(PeerWaitsTest, WithoutWaitsForAGivenPeerTheVerdictStaysTheGeneralOne) {
-  const auto v = run(2, [](int64_t s) {
-    return std::vector<RankReport>{stage(0, {}, {}), stage(1, {{"recv", -1}}, seconds(s))};
+TEST(PeerWaitsTest, TheHangDetectorBlamesTheRanksAReceiveFromAnySourceWaitsFor) {
+  // Rank 2 receives from whoever sends first; 0 and 1 stopped elsewhere.
+  const auto v = run(3, [](int64_t s) {
+    return std::vector<RankReport>{stage(0, {}, {}), stage(1, {}, {}), stage(2, {{"recv", -1}}, seconds(s))};
+  });
+  ASSERT_TRUE(v.has_value());
+  EXPECT_EQ(v->first.culprits, std::vector<int>({0, 1}));
+  EXPECT_EQ(v->first.waiting, std::vector<int>({2}));
+  EXPECT_THAT(v->first.summary, HasSubstr("rank 0 (host h0, pid 100, step 20, phase other), rank 1 (host h1, pid 101, "
+                                          "step 20, phase other) are in no send or receive while rank 2 waits for "
+                                          "them: rank 2 in recv (2.0 KiB) from any rank for 3."));
+}
+
+TEST(PeerWaitsTest, WithoutAnyWaitTheVerdictStaysTheGeneralOne) {
+  const auto v = run(2, [](int64_t) {
+    return std::vector<RankReport>{stage(0, {}, {}), stage(1, {{"send", 5}}, seconds(1))};
   });
   ASSERT_TRUE(v.has_value());
   EXPECT_TRUE(v->first.culprits.empty());

@@ -10,7 +10,9 @@
 
 namespace ddp {
 
-const char* peer_direction(const std::string& op) { return op == "recv" || op == "irecv" ? "from" : "to"; }
+bool is_receive(const std::string& op) { return op == "recv" || op == "irecv"; }
+
+const char* peer_direction(const std::string& op) { return is_receive(op) ? "from" : "to"; }
 
 std::string describe_peer_wait(const PeerWait& wait, bool with_bytes) {
   std::string out = wait.op;
@@ -18,6 +20,41 @@ std::string describe_peer_wait(const PeerWait& wait, bool with_bytes) {
   const char* direction = peer_direction(wait.op);
   return wait.peer < 0 ? out + " " + direction + " any rank" : fmt::format("{} {} rank {}", out, direction, wait.peer);
 }
+
+namespace {
+
+/// No rank waits for a given peer, but some receive from any source: the
+/// ranks the senders must be among are those in no send or receive. Where
+/// there are none, every rank looked at receives: they wait for one another.
+std::optional<PeerBlock> find_any_source_block(const std::vector<const RankReport*>& reports,
+                                               const std::vector<int>& among) {
+  const int world = static_cast<int>(reports.size());
+  PeerBlock out;
+  for (int r : among) {
+    if (r < 0 || r >= world) continue;
+    const PeerWait* longest = nullptr;
+    if (const RankReport* report = reports[static_cast<size_t>(r)]) {
+      for (const PeerWait& w : report->peer_waits) {
+        if (w.peer == -1 && is_receive(w.op) && (!longest || w.age > longest->age)) longest = &w;
+      }
+    }
+    // Its other waits, if any, lead nowhere (a peer outside the world, itself).
+    if (longest) {
+      out.edges.push_back(PeerEdge{r, *longest});
+      out.waiting.push_back(r);
+    } else {
+      out.culprits.push_back(r);
+    }
+  }
+  if (out.edges.empty()) return std::nullopt;
+  if (out.culprits.empty()) {
+    out.cycle = true;
+    out.culprits.swap(out.waiting);
+  }
+  return out;
+}
+
+}  // namespace
 
 std::optional<PeerBlock> find_peer_block(const std::vector<const RankReport*>& reports, const std::vector<int>& among) {
   const int world = static_cast<int>(reports.size());
@@ -31,7 +68,7 @@ std::optional<PeerBlock> find_peer_block(const std::vector<const RankReport*>& r
       if (kept.op.empty() || w.age > kept.age) kept = w;
     }
   }
-  if (waits.empty()) return std::nullopt;
+  if (waits.empty()) return find_any_source_block(reports, among);
   const auto waits_for_someone = [&waits](int r) { return waits.count(r) > 0; };
 
   PeerBlock out;

@@ -31,11 +31,17 @@ struct PeerBlock {
 
 /// Looks at the waits of the ranks in `among` (ascending; reports indexed by
 /// rank, null for a rank without heartbeats, which waits for nobody). A wait
-/// for any source (peer -1) or for a rank outside the world leads nowhere.
-/// nullopt: no rank in `among` waits for a given peer.
+/// for a rank outside the world leads nowhere. Receives from any source
+/// (peer -1) count only where no rank waits for a given peer: the culprits
+/// are then the ranks in no send or receive, which the senders must be
+/// among, or, where every rank receives, the receiving ranks (a cycle).
+/// nullopt: no rank in `among` waits for a given peer or in such a receive.
 std::optional<PeerBlock> find_peer_block(const std::vector<const RankReport*>& reports, const std::vector<int>& among);
 
-/// "from" for a receive (recv, irecv), else "to": which way a wait's peer is.
+/// Whether `op` receives (recv, irecv).
+bool is_receive(const std::string& op);
+
+/// "from" for a receive, else "to": which way a wait's peer is.
 const char* peer_direction(const std::string& op);
 
 /// "recv (2.0 KiB) from rank 0" / "send to rank 3" / "recv from any rank":

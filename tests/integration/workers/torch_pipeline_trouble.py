@@ -12,7 +12,10 @@ and every stage steps its own optimizer; no collective after init_process_group.
   recv-first   the stage receives its gradient before it sends its activation down:
                it and the next stage each wait to receive from the other
 
-Usage: torch_pipeline_trouble.py [--steps N] [--step-sleep S] [--trouble KIND@STEP:RANK]
+--any-source: the stages receive their activations with dist.recv without src (from
+whichever rank sends), as some pipelines do.
+
+Usage: torch_pipeline_trouble.py [--steps N] [--step-sleep S] [--trouble KIND@STEP:RANK] [--any-source]
 """
 import argparse
 import sys
@@ -30,6 +33,7 @@ def main():
     ap.add_argument("--steps", type=int, default=1000000)
     ap.add_argument("--step-sleep", type=float, default=0.02)
     ap.add_argument("--trouble", default=None)
+    ap.add_argument("--any-source", action="store_true")
     args = ap.parse_args()
     kind, at, who = None, -1, -1
     if args.trouble:
@@ -53,7 +57,10 @@ def main():
             x = torch.randn(8, WIDTH)
         else:
             x = torch.empty(8, WIDTH)
-            dist.recv(x, src=rank - 1)
+            if args.any_source:
+                dist.recv(x)
+            else:
+                dist.recv(x, src=rank - 1)
             x.requires_grad_()
         y = stage(x)
         if last:
