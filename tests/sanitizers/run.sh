@@ -14,6 +14,9 @@
 #
 # Each stage configures its own tree beside the main one (MAIN-asan,
 # MAIN-tsan) and builds only what it runs; ccache keeps a rebuild cheap.
+# There each test executable is one ctest (tests/CMakeLists.txt's
+# ddp_add_gtest_executable): its tests run in one process, as a sanitizer
+# makes every process start slow.
 # Every sanitizer report goes to a file under the stage's report folder as
 # well as failing its test: a report from a process no test waited on (an
 # agent, a rank) still fails the stage. Prints the time each part took.
