@@ -131,7 +131,15 @@ void HangDetector::on_report(RankReport report, Duration age) {
   if (report.resources_only) return;
   if (st.exited) return;
   const SteadyTime received = clock_.now() - std::max(age, Duration::zero());
-  if (st.monitored && received < st.received_at) return;  // an older report arriving late
+  if (st.monitored && received < st.received_at) {
+    // An older report arriving late: its state is not the rank's now. Its
+    // collectives are still what the rank issued; and a report dated a few
+    // milliseconds early by the transit of the one before it may be the only
+    // one to hold the call a rank aborted in (the agent's last word before a
+    // failure), so they are compared all the same.
+    record_collectives(report);
+    return;
+  }
 
   const bool first = !st.monitored;
   const bool progressed = first || report.step != st.report->step ||
