@@ -126,16 +126,21 @@ class TorchProgressTest(CompanionTestCase):
                 self.assertEqual(in_flight(hb), [wait], hb)
             return hb
 
-        waits("recv", ("recv", 1, 64))
+        # "peer_done" counts the calls completed: a change is progress.
+        hb = waits("recv", ("recv", 1, 64))
+        self.assertNotIn("peer_done", hb)
         rank1.write("\n")
-        waits("irecv", ("irecv", 1, 64))
+        hb = waits("irecv", ("irecv", 1, 64))
+        self.assertEqual(hb["peer_done"], 1, hb)
         rank1.write("\n")
         # The batch's isend of 16 bytes may complete before rank 1 receives it.
         hb = waits("batch", ("irecv", 1, 32), alone=False)
         self.assertTrue(set(in_flight(hb)) <= {("isend", 1, 16), ("irecv", 1, 32)}, hb)
+        self.assertEqual(hb["peer_done"], 2 + (("isend", 1, 16) not in in_flight(hb)), hb)
         rank1.write("\n")
         rank0.wait_line(lambda l: l == "done", 60, "done")
-        conn.wait_for(lambda m: heartbeat(m) and not m.get("peer_waits"), 30, "no wait once all returned")
+        hb = conn.wait_for(lambda m: heartbeat(m) and not m.get("peer_waits"), 30, "no wait once all returned")
+        self.assertEqual(hb["peer_done"], 4, hb)
         self.assertEqual(rank0.finish(), 0, rank0.stderr_text())
         self.assertEqual(rank1.finish(), 0, rank1.stderr_text())
 

@@ -4,7 +4,9 @@ collective after init), diagnosed through the Python companion's report of the s
 receives each rank has in flight. With no rank in a collective, the verdict follows the
 waits: a stage that stops is named by the stages waiting for it, and stages that each
 receive from the other first are named together; where the stages receive from any
-source, the stage in no send or receive is named. Each test checks who is named and how
+source, the stage in no send or receive is named. A forward-only pipeline (inference:
+no steps, no collectives, its sends and receives are all the companion sees) is called
+stuck once its calls stop completing, and not while they complete. Each test checks who is named and how
 fast (from the trouble line the rank prints to the report line), the merged stacks, and
 that nothing is left running.
 """
@@ -18,9 +20,10 @@ from test_hangs import Watch
 
 NPROC = 3
 SCRIPT = worker("torch_pipeline_trouble.py")
+STARTED_RE = re.compile(r"^\[0:0\] torch_pipeline_trouble: \d+ stages started")
 TROUBLE_RE = re.compile(r"^\[0:(\d+)\] torch_pipeline_trouble: ([\w-]+) at step (\d+)")
 BLOCKED_RE = re.compile(r"error: stuck_collective detected: no progress for [\d.]+ s \(hang timeout [\d.]+ s\): "
-                        r"rank (\d+) \(host \S+, pid \d+, step \d+, phase (\w+)\) is in no send or receive "
+                        r"rank (\d+) \(host \S+, pid \d+(?:, step \d+)?, phase (\w+)\) is in no send or receive "
                         r"while ranks? ([\d,]+) waits? for (?:it|them): (.*)")
 CYCLE_RE = re.compile(r"error: stuck_collective detected: no progress for [\d.]+ s \(hang timeout [\d.]+ s\): "
                       r"ranks ([\d,]+) wait for one another in sends and receives that never pair up: (.*)")
@@ -75,6 +78,28 @@ class PipelineHangTests(PythonCompanionTestCase):
         self.assert_in_time(w, blocked, res)
         groups = merged_groups(res.err)
         self.assertIn("time.sleep(3600)", groups["0"][0], res.describe())
+        self.assert_no_leftovers(timeout=2.0)
+
+    def test_a_stage_of_an_inference_pipeline_that_stops_is_named(self):
+        # Forward only, no optimizer: the script has no steps. It runs for longer
+        # than the hang timeout before stage 1 sleeps at step 200: completed sends
+        # and receives are progress. Then stage 0 waits to send to it, stage 2 to
+        # receive from it.
+        res, w = self.run_pipeline("stall@200:1", "--inference")
+        blocked = w.first(BLOCKED_RE, "err")
+        self.assertIsNotNone(blocked, "no report naming the stage the others wait for" + res.describe())
+        started = w.first(STARTED_RE, "out")
+        trouble = w.first(TROUBLE_RE, "err")
+        self.assertIsNotNone(trouble, "stopped before the trouble" + res.describe())
+        self.assertGreater(trouble[0] - started[0], HANG, "ran for less than the hang timeout" + res.describe())
+        rank, phase, waiting, waits = blocked[1].groups()
+        self.assertEqual((rank, phase, waiting), ("1", "other", "0,2"), res.describe())
+        self.assertIn("rank 0 in send (1.0 KiB) to rank 1 for ", waits, res.describe())
+        self.assertIn("rank 2 in recv (1.0 KiB) from rank 1 for ", waits, res.describe())
+        self.assert_in_time(w, blocked, res)
+        groups = merged_groups(res.err)
+        self.assertIn("time.sleep(3600)", groups["1"][0], res.describe())
+        self.assertIn("dist.send(y, dst=rank + 1)", groups["0"][0], res.describe())
         self.assert_no_leftovers(timeout=2.0)
 
     def test_stages_that_each_receive_from_the_other_first_are_named_together(self):

@@ -151,7 +151,7 @@ TEST(CompanionMessages, SendsAndReceivesInFlightReachTheCoordinator) {
           "peer_waits":[{"op":"recv","peer":0,"bytes":2048,"age_ms":5200},
                         {"op":"irecv","peer":-1,"bytes":4,"age_ms":10},
                         {"op":"send","peer":-2,"bytes":4},{"peer":1},"x",
-                        {"op":"isend","peer":3,"bytes":-7,"age_ms":-1}]})j",
+                        {"op":"isend","peer":3,"bytes":-7,"age_ms":-1}],"peer_done":12})j",
       *hello, 1234, 1, "node-a");
   ASSERT_TRUE(r);
   ASSERT_EQ(r->peer_waits.size(), 3u) << "no op, or a peer below -1 (any source): left out";
@@ -162,6 +162,7 @@ TEST(CompanionMessages, SendsAndReceivesInFlightReachTheCoordinator) {
   EXPECT_EQ(r->peer_waits[1].peer, -1);
   EXPECT_EQ(r->peer_waits[2].bytes, 0);
   EXPECT_EQ(r->peer_waits[2].age, 0ms);
+  EXPECT_EQ(r->peer_calls_done, 12u);
 
   ::ddplaunch::v1::WorkerHeartbeat hb;
   to_proto(*r, Duration::zero(), hb);
@@ -172,6 +173,7 @@ TEST(CompanionMessages, SendsAndReceivesInFlightReachTheCoordinator) {
   EXPECT_EQ(back.peer_waits[0].bytes, 2048);
   EXPECT_EQ(back.peer_waits[0].age, 5200ms);
   EXPECT_EQ(back.peer_waits[1].peer, -1);
+  EXPECT_EQ(back.peer_calls_done, 12u);
 }
 
 TEST(CompanionMessages, HeartbeatFieldsOfTheWrongTypeOrRangeAreIgnored) {

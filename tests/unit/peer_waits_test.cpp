@@ -165,6 +165,48 @@ TEST(PeerWaitsTest, TheHangDetectorBlamesTheStageTheOthersWaitFor) {
   EXPECT_THAT(v->first.summary, HasSubstr("rank 2 in recv (2.0 KiB) from rank 1 for 3."));
 }
 
+/// A rank of a script that only sends and receives (forward-only pipeline
+/// inference): no steps, no collectives; `done` of its calls completed.
+RankReport p2p_only(int rank, std::vector<std::pair<std::string, int>> waits, Duration age, uint64_t done) {
+  RankReport r = stage(rank, std::move(waits), age);
+  r.step = -1;
+  r.last_enqueued = r.last_started = r.last_completed = 0;
+  r.peer_calls_done = done;
+  return r;
+}
+
+TEST(PeerWaitsTest, RanksThatOnlySendAndReceiveAreCalledStuckOnceTheirCallsStopCompleting) {
+  // Stage 1 stops at second 10: 0 then waits to send to it, 2 to receive from it.
+  const auto v = run(3, [](int64_t s) {
+    if (s < 10) {
+      const uint64_t done = static_cast<uint64_t>(s) * 40;
+      return std::vector<RankReport>{p2p_only(0, {{"send", 1}}, milliseconds(5), done),
+                                     p2p_only(1, {}, {}, done * 2), p2p_only(2, {{"recv", 1}}, milliseconds(5), done)};
+    }
+    const Duration age = seconds(s - 10);
+    return std::vector<RankReport>{p2p_only(0, {{"send", 1}}, age, 400), p2p_only(1, {}, {}, 800),
+                                   p2p_only(2, {{"recv", 1}}, age, 400)};
+  });
+  ASSERT_TRUE(v.has_value());
+  EXPECT_EQ(v->first.kind, HangKind::kStuckCollective);
+  EXPECT_EQ(v->first.culprits, std::vector<int>({1}));
+  EXPECT_EQ(v->first.waiting, std::vector<int>({0, 2}));
+  EXPECT_GE(v->second, seconds(10) + seconds(3)) << "not while the calls completed";
+  EXPECT_LE(v->second, seconds(10) + seconds(3) + seconds(2)) << "within the hang timeout and two intervals";
+  EXPECT_THAT(v->first.summary, HasSubstr("rank 1 (host h1, pid 101, phase other) is in no send or receive while "
+                                          "ranks 0,2 wait for it: rank 0 in send (2.0 KiB) to rank 1 for 3."));
+}
+
+TEST(PeerWaitsTest, SendsAndReceivesThatKeepCompletingAreNoHang) {
+  // Every heartbeat finds each rank in a call, but a new one each time.
+  const auto v = run(2, [](int64_t s) {
+    const uint64_t done = static_cast<uint64_t>(s) * 40 + 1;
+    return std::vector<RankReport>{p2p_only(0, {{"send", 1}}, milliseconds(5), done),
+                                   p2p_only(1, {{"recv", 0}}, milliseconds(5), done)};
+  });
+  EXPECT_FALSE(v.has_value()) << v->first.summary;
+}
+
 TEST(PeerWaitsTest, TheHangDetectorNamesStagesThatReceiveFromEachOtherFirst) {
   // Stages 1 and 2 each receive from the other first; stage 0 waits for its gradient from 1.
   const auto v = run(3, [](int64_t s) {

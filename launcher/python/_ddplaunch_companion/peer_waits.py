@@ -26,6 +26,8 @@ ANY = -1            # the peer of a recv without src
 
 _numbers = itertools.count(1)
 in_flight = {}      # number -> (op, peer, bytes, start time, None or a weak reference to its Work)
+completed = 0       # calls completed so far, heartbeats' "peer_done": a change is progress (a
+                    # script whose ranks only send and receive has no steps or collectives)
 _batching = set()   # threads inside batch_isend_irecv: it follows its isend/irecv itself
 
 
@@ -45,6 +47,14 @@ def _begin(op, peer, tensor):
         except (KeyError, ValueError):
             pass
     return n
+
+
+def _completed(n):
+    """Call n is done. A count lost to two threads adding at once costs
+    nothing: only a change matters."""
+    global completed
+    if in_flight.pop(n, None) is not None:
+        completed += 1
 
 
 def _runs_on(n, work):
@@ -86,7 +96,7 @@ class Call(object):
         if self.asynchronous:
             _runs_on(n, result)
         else:
-            in_flight.pop(n, None)
+            _completed(n)
 
     def failed(self, n):
         in_flight.pop(n, None)
@@ -139,7 +149,7 @@ def heartbeat_entries(now):
             except Exception:   # a Work that can no longer be asked: count it done
                 done = True
             if done:
-                in_flight.pop(n, None)
+                _completed(n)
                 continue
         waits.append((t0, op, peer, nbytes))
     waits.sort(key=lambda w: w[0])

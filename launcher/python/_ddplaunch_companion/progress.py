@@ -292,4 +292,6 @@ def build_heartbeat(exiting=False):
         waits = None
     if waits:
         msg["peer_waits"] = waits
+    if peer_waits.completed:
+        msg["peer_done"] = peer_waits.completed
     return msg

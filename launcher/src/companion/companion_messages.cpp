@@ -208,6 +208,7 @@ std::optional<RankReport> parse_companion_heartbeat(const std::string& text, con
   r.recent = recent_field(*j, kMaxRecent);
   r.subgroups = subgroups_field(*j);
   r.peer_waits = peer_waits_field(*j);
+  r.peer_calls_done = sequence_field(*j, "peer_done");
   return r;
 }
 

@@ -10,7 +10,7 @@
 //   {"type":"heartbeat","step","phase","step_seconds","busy_seconds","sync_seconds","last_enqueued","last_started",
 //    "last_completed","recent":[{"sequence","op","bytes","dtype","state","age_ms"}],"exiting","torch",
 //    "announced","activity","groups":[{"group","ranks","last_enqueued","last_completed","open","recent"}],
-//    "peer_waits":[{"op","peer","bytes","age_ms"}]}
+//    "peer_waits":[{"op","peer","bytes","age_ms"}],"peer_done"}   (point-to-point calls completed)
 //   {"type":"stacks","threads":[{"name","main","frames":[{"function","file","line","code"}]}]}
 //   {"type":"flight_recorder","path","summary"}
 // Agent -> companion: {"type":"dump_stacks"}.

@@ -144,7 +144,8 @@ void HangDetector::on_report(RankReport report, Duration age) {
   const bool first = !st.monitored;
   const bool progressed = first || report.step != st.report->step ||
                           report.last_completed != st.report->last_completed ||
-                          subgroup_completed(report) != subgroup_completed(*st.report);
+                          subgroup_completed(report) != subgroup_completed(*st.report) ||
+                          report.peer_calls_done != st.report->peer_calls_done;
   if (!first && report.activity != st.report->activity) st.active_at = received;
   if (report.step_seconds > 0 && (fastest_step_seconds_ == 0 || report.step_seconds < fastest_step_seconds_)) {
     fastest_step_seconds_ = report.step_seconds;
@@ -414,10 +415,13 @@ std::optional<HangVerdict> HangDetector::stuck_verdict(SteadyTime now) const {
   const Duration idle = now - last_progress_;
   if (idle <= config_.hang_timeout) return std::nullopt;
   const auto reports_progress = [](const RankState& st) {
+    const RankReport& r = *st.report;
     return st.monitored && !st.exited &&
-           (st.report->step >= 0 || st.report->last_enqueued > 0 || !st.report->recent.empty());
+           (r.step >= 0 || r.last_enqueued > 0 || !r.recent.empty() || r.peer_calls_done > 0 ||
+            !r.peer_waits.empty());
   };
-  // Programs that report neither steps nor collectives are never called stuck.
+  // Programs that report neither steps nor collectives nor sends and
+  // receives are never called stuck.
   if (std::none_of(ranks_.begin(), ranks_.end(), reports_progress)) return std::nullopt;
   std::vector<int> active;       // monitored, still running
   std::vector<int> monitored;    // including exited

@@ -63,6 +63,7 @@ inline RankReport from_proto(const ::ddplaunch::v1::WorkerHeartbeat& hb, int nod
   r.last_completed = hb.last_completed();
   r.exiting = hb.exiting();
   r.activity = hb.activity();
+  r.peer_calls_done = hb.peer_calls_done();
   r.recent.reserve(static_cast<size_t>(hb.recent_size()));
   for (const auto& c : hb.recent()) r.recent.push_back(from_proto(c));
   r.subgroups.reserve(static_cast<size_t>(hb.subgroups_size()));
@@ -98,6 +99,7 @@ inline void to_proto(const RankReport& r, Duration held, ::ddplaunch::v1::Worker
   hb.set_last_completed(r.last_completed);
   hb.set_exiting(r.exiting);
   hb.set_activity(r.activity);
+  hb.set_peer_calls_done(r.peer_calls_done);
   for (const CollectiveSeen& c : r.recent) to_proto(c, *hb.add_recent());
   for (const SubgroupProgress& g : r.subgroups) {
     auto* out = hb.add_subgroups();

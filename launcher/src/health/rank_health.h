@@ -86,6 +86,8 @@ struct RankReport {
   std::vector<CollectiveSeen> recent;  // the last few collectives, oldest first
   std::vector<SubgroupProgress> subgroups;  // the groups it used last (Python ranks only)
   std::vector<PeerWait> peer_waits;          // its point-to-point calls in flight, oldest first (Python ranks only)
+  uint64_t peer_calls_done = 0;    // ... and those completed so far: a change is progress
+                                   // (a script whose ranks only send and receive)
   bool exiting = false;            // its last heartbeat: the worker is leaving
   uint64_t activity = 0;           // phases gone through so far: a change says it works
                                    // (an evaluation loop: no step, no collective)

@@ -4,6 +4,9 @@
 
 #include <cerrno>
 #include <cstring>
+#include <fstream>
+#include <random>
+#include <sstream>
 
 #include "cli/usage_error.h"
 #include "net/tcp_bind.h"
@@ -22,7 +25,35 @@ int try_bind(const std::string& host, int port) {
 
 }  // namespace
 
+std::optional<std::pair<int, int>> parse_port_range(const std::string& text) {
+  std::istringstream in(text);
+  int first = 0;
+  int last = 0;
+  std::string rest;
+  if (!(in >> first >> last) || (in >> rest) || first < 1 || last > 65535 || first > last) return std::nullopt;
+  return std::make_pair(first, last);
+}
+
+std::pair<int, int> ephemeral_port_range() {
+  std::ifstream in("/proc/sys/net/ipv4/ip_local_port_range");
+  std::stringstream text;
+  text << in.rdbuf();
+  return parse_port_range(text.str()).value_or(std::make_pair(32768, 60999));
+}
+
 int pick_free_port(const std::string& host) {
+  constexpr int kLowest = 10000;  // below: the well-known and registered services more often
+  constexpr int kTries = 32;
+  const int start = ephemeral_port_range().first;
+  if (start > kLowest + kTries) {
+    std::random_device seed;
+    std::mt19937 gen(seed());
+    std::uniform_int_distribution<int> candidate(kLowest, start - 1);
+    for (int i = 0; i < kTries; ++i) {
+      const int port = candidate(gen);
+      if (try_bind(host, port) == port) return port;
+    }
+  }
   const int port = try_bind(host, 0);
   if (port < 0) throw UsageError(fmt::format("cannot bind any port on {}: {}", host, std::strerror(-port)));
   return port;

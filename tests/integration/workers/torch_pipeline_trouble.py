@@ -15,7 +15,11 @@ and every stage steps its own optimizer; no collective after init_process_group.
 --any-source: the stages receive their activations with dist.recv without src (from
 whichever rank sends), as some pipelines do.
 
+--inference: forward only, under torch.no_grad(): no gradients, no optimizer, so the
+script has no steps, and its send/recv are all it does between ranks.
+
 Usage: torch_pipeline_trouble.py [--steps N] [--step-sleep S] [--trouble KIND@STEP:RANK] [--any-source]
+                                 [--inference]
 """
 import argparse
 import sys
@@ -34,6 +38,7 @@ def main():
     ap.add_argument("--step-sleep", type=float, default=0.02)
     ap.add_argument("--trouble", default=None)
     ap.add_argument("--any-source", action="store_true")
+    ap.add_argument("--inference", action="store_true")
     args = ap.parse_args()
     kind, at, who = None, -1, -1
     if args.trouble:
@@ -47,6 +52,9 @@ def main():
     stage = nn.Sequential(nn.Linear(WIDTH, WIDTH), nn.Tanh())
     opt = torch.optim.SGD(stage.parameters(), lr=0.01)
     first, last = rank == 0, rank == world - 1
+    if args.inference:
+        infer(stage, args, kind, at, who)
+        return
     for step in range(args.steps):
         trouble = kind if rank == who and step == at else None
         if trouble:
@@ -57,10 +65,7 @@ def main():
             x = torch.randn(8, WIDTH)
         else:
             x = torch.empty(8, WIDTH)
-            if args.any_source:
-                dist.recv(x)
-            else:
-                dist.recv(x, src=rank - 1)
+            receive(x, rank, args.any_source)
             x.requires_grad_()
         y = stage(x)
         if last:
@@ -77,6 +82,34 @@ def main():
             dist.isend(x.grad, dst=rank - 1).wait()
         opt.step()
         opt.zero_grad()
+        time.sleep(args.step_sleep)
+    print(f"torch_pipeline_trouble: done {rank}", flush=True)
+
+
+def receive(x, rank, any_source):
+    if any_source:
+        dist.recv(x)
+    else:
+        dist.recv(x, src=rank - 1)
+
+
+@torch.no_grad()
+def infer(stage, args, kind, at, who):
+    rank, world = dist.get_rank(), dist.get_world_size()
+    if rank == 0:
+        print(f"torch_pipeline_trouble: {world} stages started", flush=True)
+    for step in range(args.steps):
+        if rank == who and step == at:
+            print(f"torch_pipeline_trouble: {kind} at step {step}", file=sys.stderr, flush=True)
+            time.sleep(3600)
+        if rank == 0:
+            x = torch.randn(8, WIDTH)
+        else:
+            x = torch.empty(8, WIDTH)
+            receive(x, rank, args.any_source)
+        y = stage(x)
+        if rank != world - 1:
+            dist.send(y, dst=rank + 1)
         time.sleep(args.step_sleep)
     print(f"torch_pipeline_trouble: done {rank}", flush=True)
 
