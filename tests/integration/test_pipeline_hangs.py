@@ -45,6 +45,19 @@ class PipelineHangTests(PythonCompanionTestCase):
         self.assertIsNotNone(trouble, "no trouble line" + res.describe())
         self.assertLess(verdict[0] - trouble[0], DETECT_BOUND, "reported too late" + res.describe())
 
+    def assert_blocked(self, watch, res, expected, waits_in):
+        """The verdict naming the stage in no send or receive: (rank, phase, waiting
+        ranks) as `expected`, each of `waits_in` among its waits, reported in time.
+        Returns the merged stacks by ranks."""
+        blocked = watch.first(BLOCKED_RE, "err")
+        self.assertIsNotNone(blocked, "no report naming the stage in no send or receive" + res.describe())
+        rank, phase, waiting, waits = blocked[1].groups()
+        self.assertEqual((rank, phase, waiting), expected, res.describe())
+        for wait in waits_in:
+            self.assertIn(wait, waits, res.describe())
+        self.assert_in_time(watch, blocked, res)
+        return merged_groups(res.err)
+
     def test_a_stage_that_stops_is_named_by_the_stages_waiting_for_it(self):
         # Stage 1 sleeps before step 20: stage 2 waits to receive its activation,
         # stage 0 to receive its gradient of step 19... or sends step 20's
@@ -69,14 +82,9 @@ class PipelineHangTests(PythonCompanionTestCase):
     def test_a_stage_that_stops_is_named_where_the_others_receive_from_any_source(self):
         # Stage 0 sleeps before step 20; stages 1 and 2 wait in recv without src.
         res, w = self.run_pipeline("stall@20:0", "--any-source")
-        blocked = w.first(BLOCKED_RE, "err")
-        self.assertIsNotNone(blocked, "no report naming the stage in no send or receive" + res.describe())
-        rank, phase, waiting, waits = blocked[1].groups()
-        self.assertEqual((rank, phase, waiting), ("0", "other", "1,2"), res.describe())
-        self.assertIn("rank 1 in recv (1.0 KiB) from any rank for ", waits, res.describe())
-        self.assertIn("rank 2 in recv (1.0 KiB) from any rank for ", waits, res.describe())
-        self.assert_in_time(w, blocked, res)
-        groups = merged_groups(res.err)
+        groups = self.assert_blocked(w, res, ("0", "other", "1,2"),
+                                     ["rank 1 in recv (1.0 KiB) from any rank for ",
+                                      "rank 2 in recv (1.0 KiB) from any rank for "])
         self.assertIn("time.sleep(3600)", groups["0"][0], res.describe())
         self.assert_no_leftovers(timeout=2.0)
 
@@ -86,18 +94,13 @@ class PipelineHangTests(PythonCompanionTestCase):
         # and receives are progress. Then stage 0 waits to send to it, stage 2 to
         # receive from it.
         res, w = self.run_pipeline("stall@200:1", "--inference")
-        blocked = w.first(BLOCKED_RE, "err")
-        self.assertIsNotNone(blocked, "no report naming the stage the others wait for" + res.describe())
         started = w.first(STARTED_RE, "out")
         trouble = w.first(TROUBLE_RE, "err")
         self.assertIsNotNone(trouble, "stopped before the trouble" + res.describe())
         self.assertGreater(trouble[0] - started[0], HANG, "ran for less than the hang timeout" + res.describe())
-        rank, phase, waiting, waits = blocked[1].groups()
-        self.assertEqual((rank, phase, waiting), ("1", "other", "0,2"), res.describe())
-        self.assertIn("rank 0 in send (1.0 KiB) to rank 1 for ", waits, res.describe())
-        self.assertIn("rank 2 in recv (1.0 KiB) from rank 1 for ", waits, res.describe())
-        self.assert_in_time(w, blocked, res)
-        groups = merged_groups(res.err)
+        groups = self.assert_blocked(w, res, ("1", "other", "0,2"),
+                                     ["rank 0 in send (1.0 KiB) to rank 1 for ",
+                                      "rank 2 in recv (1.0 KiB) from rank 1 for "])
         self.assertIn("time.sleep(3600)", groups["1"][0], res.describe())
         self.assertIn("dist.send(y, dst=rank + 1)", groups["0"][0], res.describe())
         self.assert_no_leftovers(timeout=2.0)
