@@ -26,22 +26,6 @@ constexpr size_t kDescribedWaits = 4;
 
 double seconds(Duration d) { return std::chrono::duration<double>(d).count(); }
 
-// Whether `report` has seen the rank go further than `kept` did: a step, a
-// collective (of any group), a phase or a send or receive more. Its counts
-// only grow, so such a report is the newer one, whatever its date says.
-bool went_further(const RankReport& report, const RankReport& kept) {
-  if (report.step > kept.step || report.last_enqueued > kept.last_enqueued ||
-      report.last_completed > kept.last_completed || report.activity > kept.activity ||
-      report.peer_calls_done > kept.peer_calls_done) {
-    return true;
-  }
-  return std::any_of(report.subgroups.begin(), report.subgroups.end(), [&](const SubgroupProgress& g) {
-    const auto same = std::find_if(kept.subgroups.begin(), kept.subgroups.end(),
-                                   [&](const SubgroupProgress& k) { return k.group == g.group; });
-    return same == kept.subgroups.end() ? g.last_enqueued > 0 : g.last_enqueued > same->last_enqueued;
-  });
-}
-
 std::string format_seconds(Duration d) {
   const double s = seconds(d);
   return s >= 100 ? fmt::format("{:.0f} s", s) : fmt::format("{:.1f} s", s);
@@ -146,19 +130,8 @@ void HangDetector::on_report(RankReport report, Duration age) {
   }
   if (report.resources_only) return;
   if (st.exited) return;
-  SteadyTime received = clock_.now() - std::max(age, Duration::zero());
-  if (st.monitored && received < st.received_at) {
-    // Dated before the last report: the agent dates a report by how long it
-    // held it, so the transit of each heartbeat shifts that date by a few
-    // milliseconds. One that saw the rank go further is newer all the same
-    // (it may hold the collective a rank then aborted in: the agent's last
-    // word before a failure), and keeps the last one's date.
-    if (!went_further(report, *st.report)) {
-      record_collectives(report);  // older state; what it issued is still compared
-      return;
-    }
-    received = st.received_at;
-  }
+  const SteadyTime received = clock_.now() - std::max(age, Duration::zero());
+  if (st.monitored && received < st.received_at) return;  // an older report arriving late
 
   const bool first = !st.monitored;
   const bool progressed = first || report.step != st.report->step ||

@@ -96,10 +96,8 @@ class HangDetector {
   HangDetector(HangConfig config, int world_size, const Clock& clock);
 
   /// A heartbeat of one rank, received `age` ago (the agent held it that
-  /// long). Reports for ranks outside [0, world_size) or from exited ranks
-  /// are ignored; of one dated before the rank's last report, and that saw
-  /// the rank go no further, only the collectives count (compared for a
-  /// desync). Its resource sample, if
+  /// long). Reports for ranks outside [0, world_size), from exited ranks, or
+  /// older than the rank's last report are ignored. Its resource sample, if
   /// any, is kept whenever it is newer than the one kept (exited ranks too);
   /// a resources_only report is that and nothing more: it does not make the
   /// rank monitored.
