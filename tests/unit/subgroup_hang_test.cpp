@@ -15,6 +15,7 @@
 #include "health/hang_detector.h"
 #include "health/rank_health.h"
 #include "health/subgroup_waits.h"
+#include "hang_test_config.h"
 
 namespace ddp {
 namespace {
@@ -22,13 +23,6 @@ namespace {
 using std::chrono::milliseconds;
 using std::chrono::seconds;
 using ::testing::HasSubstr;
-
-HangConfig config() {
-  HangConfig c;
-  c.hang_timeout = seconds(3);
-  c.heartbeat_interval = seconds(1);
-  return c;
-}
 
 /// A rank that finished the default group's collective `last` and, on the
 /// group `name`, entered `entered` of its collectives (the last one open
@@ -76,7 +70,7 @@ TEST(SubgroupHangTest, TheMemberThatSkippedTheSubgroupCollectiveIsBlamed) {
   // #5: rank 0 waits in it, and ranks 1-3 went on into the default group's
   // all_reduce #21, where rank 0 never arrives.
   FakeClock clock;
-  HangDetector d(config(), 4, clock);
+  HangDetector d(short_hang_config(), 4, clock);
   const auto v = run(d, clock, seconds(30), [&](int64_t s) {
     const Duration age = seconds(s) + milliseconds(300);   // how long each has waited
     d.on_report(rank_report(0, 20, WorkerPhase::kCollective, "1", {0, 1}, 5, true, age));
@@ -117,7 +111,7 @@ TEST(SubgroupHangTest, AMemberMissingFromTheSubgroupCollectiveThatStillWorksIsBl
   // rank 2 in the default group's #21. Rank 1 entered neither: it goes
   // through its phases (a longer evaluation shard) until 10 s, then stops.
   FakeClock clock;
-  HangDetector d(config(), 3, clock);
+  HangDetector d(short_hang_config(), 3, clock);
   const auto v = run(d, clock, seconds(30), [&](int64_t s) {
     const Duration age = seconds(s) + milliseconds(300);
     d.on_report(rank_report(0, 20, WorkerPhase::kCollective, "1", {0, 1}, 5, true, age));
@@ -139,7 +133,7 @@ TEST(SubgroupHangTest, AMemberMissingFromTheSubgroupCollectiveThatStillWorksIsBl
 
 TEST(SubgroupHangTest, WithNoDefaultCollectiveOpenTheSubgroupsAreLookedAt) {
   FakeClock clock;
-  HangDetector d(config(), 2, clock);
+  HangDetector d(short_hang_config(), 2, clock);
   const auto v = run(d, clock, seconds(30), [&](int64_t) {
     d.on_report(rank_report(0, 3, WorkerPhase::kCollective, "pp", {0, 1}, 9, true));
     d.on_report(rank_report(1, 3, WorkerPhase::kData, "pp", {0, 1}, 8, false));
@@ -155,7 +149,7 @@ TEST(SubgroupHangTest, WithNoDefaultCollectiveOpenTheSubgroupsAreLookedAt) {
 TEST(SubgroupHangTest, SubgroupCollectivesFinishingAreProgress) {
   // Ranks that only use a subgroup, in and out of its collectives: never stuck.
   FakeClock clock;
-  HangDetector d(config(), 2, clock);
+  HangDetector d(short_hang_config(), 2, clock);
   const auto v = run(d, clock, seconds(30), [&](int64_t s) {
     const auto n = static_cast<uint64_t>(s) + 1;
     for (int r : {0, 1}) d.on_report(rank_report(r, 3, WorkerPhase::kCollective, "tp", {0, 1}, n, true));
@@ -165,7 +159,7 @@ TEST(SubgroupHangTest, SubgroupCollectivesFinishingAreProgress) {
 
 TEST(SubgroupHangTest, EveryMemberInTheCollectiveBlamesNoMember) {
   FakeClock clock;
-  HangDetector d(config(), 2, clock);
+  HangDetector d(short_hang_config(), 2, clock);
   const auto v = run(d, clock, seconds(30), [&](int64_t) {
     for (int r : {0, 1}) d.on_report(rank_report(r, 3, WorkerPhase::kCollective, "tp", {0, 1}, 4, true));
   });
@@ -195,7 +189,7 @@ TEST(SubgroupHangTest, DifferentSizesInOneSubgroupCollectiveAreADesync) {
   // Group "3" of ranks 0-2: rank 2 all-reduces 4000 B as the group's #6,
   // ranks 0 and 1 12 B. Rank 3 (no member) goes on meanwhile.
   FakeClock clock;
-  HangDetector d(config(), 4, clock);
+  HangDetector d(short_hang_config(), 4, clock);
   RankReport odd = rank_report(2, 20, WorkerPhase::kCollective, "3", {0, 1, 2}, 6, true);
   odd.subgroups[0].open->bytes = 4000;
   d.on_report(rank_report(0, 20, WorkerPhase::kCollective, "3", {0, 1, 2}, 6, true));
@@ -220,7 +214,7 @@ TEST(SubgroupHangTest, ACompletedSubgroupCollectiveOfAnotherDtypeIsADesync) {
   // and int32 on rank 1. Gloo completes that (with a wrong sum), so neither
   // has it open: only their last calls there show it. Both are at #33 now.
   FakeClock clock;
-  HangDetector d(config(), 2, clock);
+  HangDetector d(short_hang_config(), 2, clock);
   auto finished = [](int rank, const std::string& dtype_of_31) {
     RankReport r = rank_report(rank, 90, WorkerPhase::kForward, "1", {0, 1}, 33, false);
     for (uint64_t k = 30; k <= 33; ++k) {
@@ -247,7 +241,7 @@ TEST(SubgroupHangTest, TheSameNumberInTwoGroupsIsNoDesync) {
   // Each group counts its own collectives: #6 of group "1" and #6 of group
   // "2" are different collectives, whatever their sizes.
   FakeClock clock;
-  HangDetector d(config(), 4, clock);
+  HangDetector d(short_hang_config(), 4, clock);
   RankReport other = rank_report(2, 20, WorkerPhase::kCollective, "2", {2, 3}, 6, true);
   other.subgroups[0].open->bytes = 4000;
   d.on_report(rank_report(0, 20, WorkerPhase::kCollective, "1", {0, 1}, 6, true));

@@ -473,7 +473,7 @@ void CoordinatorJob::record_outcome(const NodeOutcome& outcome, Fired& fired) {
     // Ranks that disagreed on a collective just before one failed: the
     // failure is likely its consequence (Gloo aborts on mismatched sizes).
     if (!pending_hang_ && state_ == GenerationState::kRunning) {
-      if (std::optional<HangVerdict> v = health_.check(); v && v->kind == HangKind::kDesync) {
+      if (std::optional<HangVerdict> v = health_.check_at_once(); v && v->kind == HangKind::kDesync) {
         desync_before_ = "; before that, " + v->summary;
         root_cause_->description += desync_before_;
         hang_report_ = v->details.dump(2, ' ', false, nlohmann::json::error_handler_t::replace);

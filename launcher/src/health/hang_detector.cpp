@@ -15,10 +15,6 @@ namespace ddp {
 
 namespace {
 
-// How many sequence numbers the desync check remembers (first report of each).
-constexpr size_t kRememberedSequences = 1024;
-constexpr size_t kRememberedGroups = 64;   // other groups whose open collectives are remembered
-constexpr size_t kRememberedPerGroup = 64;
 // How many ranks a summary describes in full before "and N more".
 constexpr size_t kDescribedRanks = 3;
 // How many point-to-point waits a summary lists before "and N more".
@@ -29,15 +25,6 @@ double seconds(Duration d) { return std::chrono::duration<double>(d).count(); }
 std::string format_seconds(Duration d) {
   const double s = seconds(d);
   return s >= 100 ? fmt::format("{:.0f} s", s) : fmt::format("{:.1f} s", s);
-}
-
-std::string format_bytes_exact(int64_t bytes) {
-  if (bytes < 1024) return format_bytes(bytes);
-  return fmt::format("{} ({} B)", format_bytes(bytes), bytes);
-}
-
-std::string rank_word(const std::vector<int>& ranks) {
-  return (ranks.size() == 1 ? "rank " : "ranks ") + format_ranks(ranks);
 }
 
 /// "all_reduce #57 (4.0 MiB float32)".
@@ -60,18 +47,7 @@ std::vector<int> difference(const std::vector<int>& all, const std::vector<int>&
   return out;
 }
 
-}  // namespace
 
-const char* to_string(HangKind kind) {
-  switch (kind) {
-    case HangKind::kSilentRank: return "silent_rank";
-    case HangKind::kStuckCollective: return "stuck_collective";
-    case HangKind::kDesync: return "desync";
-  }
-  return "unknown";
-}
-
-namespace {
 HangConfig with_phase_interval(HangConfig c) {
   c.trouble.phase_interval = c.heartbeat_interval / 2;
   return c;
@@ -93,7 +69,10 @@ bool wrote_since(const RankResources& before, const RankResources& after) {
 }  // namespace
 
 HangDetector::HangDetector(HangConfig config, int world_size, const Clock& clock)
-    : config_(with_phase_interval(std::move(config))), clock_(clock), trouble_(config_.trouble, world_size, clock) {
+    : config_(with_phase_interval(std::move(config))),
+      clock_(clock),
+      desync_(world_size),
+      trouble_(config_.trouble, world_size, clock) {
   reset(world_size);
 }
 
@@ -101,9 +80,7 @@ void HangDetector::reset(int world_size) {
   ranks_.assign(static_cast<size_t>(std::max(world_size, 0)), RankState{});
   last_progress_ = clock_.now();
   fastest_step_seconds_ = 0;
-  first_seen_.clear();
-  first_seen_in_.clear();
-  desync_.reset();
+  desync_.reset(world_size);
   verdict_.reset();
   trouble_.reset(world_size);
 }
@@ -131,7 +108,12 @@ void HangDetector::on_report(RankReport report, Duration age) {
   if (report.resources_only) return;
   if (st.exited) return;
   const SteadyTime received = clock_.now() - std::max(age, Duration::zero());
-  if (st.monitored && received < st.received_at) return;  // an older report arriving late
+  if (st.monitored && received < st.received_at) {
+    // An older report arriving late (transit times differ): what it shows
+    // the rank issued still counts.
+    desync_.record(report, clock_.now());
+    return;
+  }
 
   const bool first = !st.monitored;
   const bool progressed = first || report.step != st.report->step ||
@@ -146,7 +128,7 @@ void HangDetector::on_report(RankReport report, Duration age) {
   st.report = std::make_shared<const RankReport>(std::move(report));
   st.received_at = received;
   if (progressed) last_progress_ = std::max(last_progress_, received);
-  record_collectives(*st.report);
+  desync_.record(*st.report, clock_.now());
   trouble_.on_heartbeat(*st.report, received);
 }
 
@@ -154,55 +136,6 @@ void HangDetector::on_rank_exited(int rank) {
   if (rank < 0 || rank >= world_size()) return;
   ranks_[static_cast<size_t>(rank)].exited = true;
   trouble_.on_rank_exited(rank);
-}
-
-void HangDetector::record_collectives(const RankReport& report) {
-  for (const CollectiveSeen& c : report.recent) {
-    if (c.sequence != 0) compare_signature(first_seen_, "", c.sequence, Signature{report.rank, c.op, c.bytes, c.dtype});
-  }
-  while (first_seen_.size() > kRememberedSequences) first_seen_.erase(first_seen_.begin());
-  // Of another group, its last calls and the one open: a rank in a
-  // mismatched one may wait in it (or have announced it before aborting),
-  // or the call may have completed all the same.
-  for (const SubgroupProgress& g : report.subgroups) {
-    if (!g.open && g.recent.empty()) continue;
-    FirstSeen& seen = first_seen_in_[g.group];
-    const auto compare = [&](const CollectiveSeen& c) {
-      if (c.sequence != 0) compare_signature(seen, g.group, c.sequence, Signature{report.rank, c.op, c.bytes, c.dtype});
-    };
-    for (const CollectiveSeen& c : g.recent) compare(c);
-    if (g.open) compare(*g.open);
-    while (seen.size() > kRememberedPerGroup) seen.erase(seen.begin());
-  }
-  while (first_seen_in_.size() > kRememberedGroups) first_seen_in_.erase(first_seen_in_.begin());
-}
-
-void HangDetector::compare_signature(FirstSeen& seen, const std::string& group, uint64_t sequence,
-                                     const Signature& sig) {
-  auto [it, inserted] = seen.try_emplace(sequence, sig);
-  Signature& ref = it->second;
-  if (inserted) return;
-  if (ref.rank == sig.rank) {
-    // The same rank may learn more of a collective it is in: a Python rank
-    // inside a coalesced block knows its op once the first call is made, and
-    // the block's bytes as it ends. What it did not know yet is filled in, so
-    // that the other ranks are compared with all of it.
-    if (!collective_op_known(ref.op)) ref.op = sig.op;
-    if (ref.bytes <= 0) ref.bytes = sig.bytes;
-    if (ref.dtype.empty()) ref.dtype = sig.dtype;
-    return;
-  }
-  const bool op_differs = collective_op_known(ref.op) && collective_op_known(sig.op) && ref.op != sig.op;
-  const bool dtype_differs = !ref.dtype.empty() && !sig.dtype.empty() && ref.dtype != sig.dtype;
-  const bool bytes_differ = ref.bytes > 0 && sig.bytes > 0 && ref.bytes != sig.bytes;  // 0: unknown
-  if (!op_differs && !dtype_differs && !bytes_differ) return;
-  if (!desync_) {
-    desync_ = Desync{sequence, group, {ref, sig}};
-  } else if (desync_->sequence == sequence && desync_->group == group &&
-             std::none_of(desync_->seen.begin(), desync_->seen.end(),
-                          [&](const Signature& s) { return s.rank == sig.rank; })) {
-    desync_->seen.push_back(sig);
-  }
 }
 
 std::vector<TroubleWarning> HangDetector::take_warnings() {
@@ -221,19 +154,37 @@ std::vector<RankReport> HangDetector::latest_reports() const {
   return reports;
 }
 
-std::optional<HangVerdict> HangDetector::check() {
+std::optional<HangVerdict> HangDetector::check() { return decide(2 * config_.heartbeat_interval); }
+
+std::optional<HangVerdict> HangDetector::check_at_once() { return decide(Duration::zero()); }
+
+std::optional<HangVerdict> HangDetector::decide(Duration desync_wait) {
   if (verdict_) return std::nullopt;
-  std::optional<HangVerdict> v = evaluate(clock_.now());
+  std::optional<HangVerdict> v = evaluate(clock_.now(), desync_wait);
   if (v) verdict_ = v;
   return v;
 }
 
-std::optional<HangVerdict> HangDetector::evaluate(SteadyTime now) const {
-  std::optional<HangVerdict> v = desync_verdict();
-  if (!v) v = silent_verdict(now);
-  if (!v) v = stuck_verdict(now);
+std::optional<HangVerdict> HangDetector::evaluate(SteadyTime now, Duration desync_wait) const {
+  std::optional<HangVerdict> v;
+  if (desync_.found()) {
+    // Nothing else is judged while the ranks yet to report its collective
+    // are waited for: the desync is the cause of what follows.
+    v = desync_verdict(now, desync_wait);
+  } else {
+    v = silent_verdict(now);
+    if (!v) v = stuck_verdict(now);
+  }
   if (v) v->details = details(*v, now);
   return v;
+}
+
+std::optional<HangVerdict> HangDetector::desync_verdict(SteadyTime now, Duration wait) const {
+  std::vector<DesyncRank> ranks(ranks_.size());
+  for (size_t i = 0; i < ranks_.size(); ++i) {
+    if (ranks_[i].monitored) ranks[i] = DesyncRank{ranks_[i].report.get(), !ranks_[i].exited};
+  }
+  return desync_.verdict(ranks, now, wait);
 }
 
 HangDetector::OpenCollective HangDetector::find_open(const std::vector<int>& candidates,
@@ -256,100 +207,6 @@ HangDetector::OpenCollective HangDetector::find_open(const std::vector<int>& can
     }
   }
   return out;
-}
-
-std::optional<HangVerdict> HangDetector::desync_verdict() const {
-  if (!desync_) return std::nullopt;
-  const uint64_t k = desync_->sequence;
-  struct Group {
-    std::string op;
-    int64_t bytes = 0;
-    std::string dtype;
-    std::vector<int> ranks;
-  };
-  std::vector<Group> groups;
-  auto add = [&](int rank, const std::string& op, int64_t bytes, const std::string& dtype) {
-    for (const Group& g : groups) {
-      if (std::find(g.ranks.begin(), g.ranks.end(), rank) != g.ranks.end()) return;
-    }
-    for (Group& g : groups) {
-      if (g.op == op && g.bytes == bytes && g.dtype == dtype) {
-        g.ranks.push_back(rank);
-        return;
-      }
-    }
-    groups.push_back(Group{op, bytes, dtype, {rank}});
-  };
-  const std::string& group = desync_->group;
-  // Of another group, each rank's collective k there: the one open, else
-  // among its last calls.
-  std::vector<int> group_ranks;
-  auto k_in_group = [&](const RankReport& r) -> const CollectiveSeen* {
-    for (const SubgroupProgress& g : r.subgroups) {
-      if (g.group != group) continue;
-      if (group_ranks.empty()) group_ranks = g.ranks;
-      if (g.open && g.open->sequence == k) return &*g.open;
-      for (const CollectiveSeen& c : g.recent) {
-        if (c.sequence == k) return &c;
-      }
-      return nullptr;
-    }
-    return nullptr;
-  };
-  for (const Signature& s : desync_->seen) add(s.rank, s.op, s.bytes, s.dtype);
-  for (size_t i = 0; i < ranks_.size(); ++i) {
-    if (!ranks_[i].monitored) continue;
-    if (!group.empty()) {
-      if (const CollectiveSeen* c = k_in_group(*ranks_[i].report)) add(static_cast<int>(i), c->op, c->bytes, c->dtype);
-      continue;
-    }
-    for (const CollectiveSeen& c : ranks_[i].report->recent) {
-      if (c.sequence == k) add(static_cast<int>(i), c.op, c.bytes, c.dtype);
-    }
-  }
-  for (Group& g : groups) std::sort(g.ranks.begin(), g.ranks.end());
-  std::sort(groups.begin(), groups.end(), [](const Group& a, const Group& b) {
-    if (a.ranks.size() != b.ranks.size()) return a.ranks.size() > b.ranks.size();
-    return a.ranks.front() < b.ranks.front();
-  });
-
-  HangVerdict v;
-  v.kind = HangKind::kDesync;
-  v.sequence = k;
-  v.op = groups.front().op;
-  const bool majority = groups.size() >= 2 && groups[0].ranks.size() > groups[1].ranks.size();
-  for (size_t g = majority ? 1 : 0; g < groups.size(); ++g) {
-    v.culprits.insert(v.culprits.end(), groups[g].ranks.begin(), groups[g].ranks.end());
-  }
-  std::sort(v.culprits.begin(), v.culprits.end());
-  v.group = group;
-  v.group_ranks = group_ranks;
-  for (size_t i = 0; i < ranks_.size(); ++i) {
-    if (!ranks_[i].monitored) continue;
-    if (!group.empty()) {
-      const CollectiveSeen* c = k_in_group(*ranks_[i].report);
-      if (c && (c->state == "enqueued" || c->state == "started")) v.waiting.push_back(static_cast<int>(i));
-      continue;
-    }
-    for (const CollectiveSeen& c : open_collectives(*ranks_[i].report)) {
-      if (c.sequence == k) v.waiting.push_back(static_cast<int>(i));
-    }
-  }
-  const bool bytes_differ = std::any_of(groups.begin(), groups.end(),
-                                        [&](const Group& g) { return g.bytes != groups.front().bytes; });
-  std::string issued;
-  for (const Group& g : groups) {
-    if (!issued.empty()) issued += ", ";
-    issued += fmt::format("{} {} {}", rank_word(g.ranks), g.op.empty() ? "?" : g.op,
-                          bytes_differ ? format_bytes_exact(g.bytes) : format_bytes(g.bytes));
-    if (!g.dtype.empty()) issued += " " + g.dtype;
-  }
-  v.summary = group.empty() ? fmt::format("desync at collective #{}: {}", k, issued)
-                            : fmt::format("desync at collective #{} of group {}{}: {}", k, group,
-                                          group_ranks.empty() ? std::string()
-                                                              : " (ranks " + format_ranks(group_ranks) + ")",
-                                          issued);
-  return v;
 }
 
 std::optional<HangVerdict> HangDetector::silent_verdict(SteadyTime now) const {

@@ -14,7 +14,8 @@
 //    process group, a Python rank's dist.new_group, passes the blame on to
 //    the member of that group that never entered it);
 //  - desync: two ranks issued different op, bytes or dtype as collective k
-//    (reported at the next check(), no timeout);
+//    (no timeout: reported once every rank has reported k, or two heartbeat
+//    intervals after it was noticed; health/desync_check.h);
 //  - trouble warnings (warnings only, never a verdict): stragglers, a GPU
 //    used far less than the others', throttling, Xid and ECC errors, memory
 //    close to full (health/trouble_warnings.h, fed the same reports).
@@ -41,6 +42,8 @@
 #include <nlohmann/json.hpp>
 
 #include "ddp/common/clock.h"
+#include "health/desync_check.h"
+#include "health/hang_verdict.h"
 #include "health/health_view.h"
 #include "health/rank_health.h"
 #include "health/trouble_warnings.h"
@@ -54,40 +57,6 @@ struct HangConfig {
   /// The warnings' thresholds; their phase_interval is set to half the
   /// heartbeat interval.
   TroubleConfig trouble;
-};
-
-enum class HangKind { kSilentRank, kStuckCollective, kDesync };
-/// "silent_rank", "stuck_collective", "desync".
-const char* to_string(HangKind kind);
-
-struct HangVerdict {
-  HangKind kind = HangKind::kStuckCollective;
-  std::vector<int> culprits;  // ranks to blame (never entered collective k / silent / desynced), ascending
-  std::vector<int> waiting;   // ranks waiting in collective k, ascending
-  uint64_t sequence = 0;      // the collective k (0: none)
-  std::string op;             // its op where known
-  /// Set where k is a collective of a process group other than the default
-  /// one (numbered within that group): its name and members.
-  std::string group;
-  std::vector<int> group_ranks;
-  /// ONE line for the console, e.g. "rank 2 (host h, pid 123, step 41, phase
-  /// backward) never entered all_reduce #57 (4.0 MiB float32) that ranks
-  /// 0,1,3 have waited in for 3.1 s".
-  std::string summary;
-  /// {"kind", "sequence", "op", "culprits", "waiting", "summary",
-  ///  "hang_timeout_s", "seconds_since_progress", "ranks": [per rank: rank,
-  ///  monitored, and for monitored ranks node, local_rank, host, pid, step,
-  ///  phase, step_seconds, heartbeat_age_s, last_enqueued, last_started,
-  ///  last_completed, open_collectives [{sequence, op, bytes, dtype, state,
-  ///  age_s}], exited, role ("culprit"/"waiting"/"other"); unmonitored ranks
-  ///  carry "note": "no runtime heartbeats: supervised by process state only";
-  ///  every rank the agents sampled has "resources" (metrics/resources_json.h)],
-  ///  "group" and "group_ranks" where the collective is a subgroup's,
-  ///  "resource_notes": what the samples before the verdict show, e.g. "rank 3's
-  ///  GPU 0 was at 0% for the 40 s before the hang" (ResourceHistory; absent
-  ///  when nothing stands out), "warnings": the warnings given before it
-  ///  (TroubleWarnings::recent_json(); absent when none)}
-  nlohmann::json details;
 };
 
 class HangDetector {
@@ -118,6 +87,13 @@ class HangDetector {
   /// last_verdict()). Call every ~100 ms: a silent rank is then reported
   /// within hang_timeout + 2 heartbeat intervals of its last heartbeat.
   std::optional<HangVerdict> check();
+
+  /// As check(), but a desync is reported without waiting for the ranks
+  /// that have not reported its collective yet (check() waits up to two
+  /// heartbeat intervals for them). For when a rank has failed: its agent
+  /// sent its last heartbeat before it reported the failure, and the ranks
+  /// that failed will send no more.
+  std::optional<HangVerdict> check_at_once();
 
   /// The verdict check() returned in this generation, if any.
   const std::optional<HangVerdict>& last_verdict() const { return verdict_; }
@@ -169,19 +145,6 @@ class HangDetector {
     SteadyTime resources_at{};               // when it was taken (arrival - its age)
     ResourceHistory history;                 // the recent samples, for the reports' notes
   };
-  struct Signature {  // what one rank issued as one collective
-    int rank = -1;
-    std::string op;
-    int64_t bytes = 0;
-    std::string dtype;
-  };
-  struct Desync {
-    uint64_t sequence = 0;
-    std::string group;            // empty: the default group's collective
-    std::vector<Signature> seen;  // the conflicting reports as first noticed
-  };
-  using FirstSeen = std::map<uint64_t, Signature>;  // sequence -> first report, bounded
-
   struct OpenCollective {  // the smallest collective open on some rank
     uint64_t sequence = 0;   // 0: none
     std::optional<CollectiveSeen> info;  // from a rank that knows its op
@@ -190,8 +153,11 @@ class HangDetector {
   };
 
   OpenCollective find_open(const std::vector<int>& candidates, SteadyTime now) const;
-  std::optional<HangVerdict> evaluate(SteadyTime now) const;
-  std::optional<HangVerdict> desync_verdict() const;
+  /// check() and check_at_once(): the verdict, once per generation.
+  std::optional<HangVerdict> decide(Duration desync_wait);
+  /// `desync_wait`: how long a desync verdict waits for ranks yet to report collective k.
+  std::optional<HangVerdict> evaluate(SteadyTime now, Duration desync_wait) const;
+  std::optional<HangVerdict> desync_verdict(SteadyTime now, Duration wait) const;
   std::optional<HangVerdict> silent_verdict(SteadyTime now) const;
   std::optional<HangVerdict> stuck_verdict(SteadyTime now) const;
   /// Whether the rank still runs and went through a phase within the hang
@@ -217,10 +183,6 @@ class HangDetector {
   /// wait in sends or receives (peer_waits.h): the ranks the waits end at,
   /// or the ranks of a cycle. nullopt: no rank waits for a given peer.
   std::optional<HangVerdict> peer_verdict(const std::vector<int>& active, SteadyTime now, Duration idle) const;
-  void record_collectives(const RankReport& report);
-  /// Compares what `sig` issued as collective `sequence` of `group` with the
-  /// first report of it in `seen`, noting a desync where they differ.
-  void compare_signature(FirstSeen& seen, const std::string& group, uint64_t sequence, const Signature& sig);
   std::string describe(int rank) const;
   /// "rank 3 (host h3, pid 103)": how a warning names a rank.
   std::string who(int rank) const;
@@ -232,9 +194,7 @@ class HangDetector {
   std::vector<RankState> ranks_;
   SteadyTime last_progress_{};
   double fastest_step_seconds_ = 0;
-  FirstSeen first_seen_;                             // the default group's collectives
-  std::map<std::string, FirstSeen> first_seen_in_;  // other groups' (their open ones), by group
-  std::optional<Desync> desync_;
+  DesyncCheck desync_;
   std::optional<HangVerdict> verdict_;
   TroubleWarnings trouble_;
 };

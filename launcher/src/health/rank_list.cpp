@@ -21,4 +21,8 @@ std::string format_ranks(const std::vector<int>& ranks) {
   return out;
 }
 
+std::string rank_word(const std::vector<int>& ranks) {
+  return (ranks.size() == 1 ? "rank " : "ranks ") + format_ranks(ranks);
+}
+
 }  // namespace ddp
