@@ -14,11 +14,20 @@ Scenarios (one node, --nproc ranks on the CPU, Gloo, rank --fault-rank faulty at
                       waiting ranks fail only when Gloo's own collective timeout expires,
                       then torchrun notices (its --monitor_interval, default 5 s) and
                       reports. torchrun never sees the hung rank itself.
+  p2p-hang  a pipeline whose ranks only send and receive (tests/integration/workers/
+         torch_pipeline_trouble.py, a plain PyTorch script, under both launchers): the
+         faulty stage sleeps; the stages after it wait in recv, those before it in
+         their gradients' irecv.
+           ddplaunch: the Python companion's heartbeats count the sends and receives
+                      that complete; no progress for --hang-timeout names the stage in
+                      no send or receive.
+           torchrun:  Gloo's send/recv time out after init_process_group(timeout=
+                      --torch-timeout), the waiting stages raise, torchrun reports.
 
 "Fault to report" is measured with this script's clock on the launcher's combined
 stdout+stderr, read line by line from a pipe: from the moment the faulty rank's fault line
 arrives ("ddptrain: injected fault at step N" / "torch_ddp_fault: injected fault at step
-N (..., unix time T)") to the moment the launcher's failure report arrives (ddplaunch: its
+N (..., unix time T)" / "torch_pipeline_trouble: stall at step N") to the moment the launcher's failure report arrives (ddplaunch: its
 "error:" line naming the rank, i.e. "rank R ... failed" or "stuck_collective/silent_rank
 detected: rank R"; torchrun: the first line mentioning ChildFailedError, or its exit if
 there is none). The "culprit" column says whether that report names the faulty rank
@@ -53,13 +62,16 @@ from bench_runs import LAUNCHER_VARS, TOKEN_VAR, BenchError, free_port, kill_mar
 REPO = os.path.dirname(os.path.dirname(HERE))
 SHIM = os.path.join(HERE, "torchrun_shim.py")
 TORCH_SCRIPT = os.path.join(REPO, "tests", "integration", "workers", "torch_ddp_fault.py")
+PIPELINE_SCRIPT = os.path.join(REPO, "tests", "integration", "workers", "torch_pipeline_trouble.py")
 DDPLAUNCH = os.environ.get("DDPLAUNCH_BIN") or os.path.join(REPO, "build", "launcher", "ddplaunch")
 DDPTRAIN = os.environ.get("DDPTRAIN_BIN") or os.path.join(REPO, "build", "worker", "ddptrain", "ddptrain")
 PYTHON = os.environ.get("PYTHON_EXEC") or "/usr/bin/python3"
 
-FAULT_RE = re.compile(r"(?:ddptrain|torch_ddp_fault): injected fault at step (\d+)")
+FAULT_RE = re.compile(r"(?:ddptrain|torch_ddp_fault): injected fault at step (\d+)|"
+                      r"torch_pipeline_trouble: stall at step (\d+)")
 DDP_REPORT_RE = re.compile(r"\] error: (?:rank (\d+) \(node \d+.*\bfailed\b|"
-                           r"(?:stuck_collective|silent_rank|desync) detected: rank (\d+))")
+                           r"(?:stuck_collective|silent_rank|desync) detected: "
+                           r"(?:no progress for [\d.]+ s \(hang timeout [\d.]+ s\): )?rank (\d+))")
 TORCH_REPORT_RE = re.compile(r"ChildFailedError")
 TORCH_ROOT_RANK_RE = re.compile(r"^\s*rank\s*:\s*(\d+)", re.M)
 
@@ -128,6 +140,8 @@ def ddplaunch_case(args, kind, tmp):
         # torchrun's hang peer, the same PyTorch script: diagnosed through the Python companion.
         cmd += [TORCH_SCRIPT, "--fault", f"hang@{args.fault_step}:{args.fault_rank}",
                 "--torch-timeout", f"{args.torch_timeout:g}"]
+    elif kind == "p2p-hang":
+        cmd += pipeline_script(args)
     else:
         cmd += [DDPTRAIN, "--steps", "100000000", "--log-every", "0", "--inject-fault",
                 f"{kind}@{args.fault_step}:{args.fault_rank}"]
@@ -135,10 +149,19 @@ def ddplaunch_case(args, kind, tmp):
     return cmd, DDP_REPORT_RE, expect_rc, 90.0
 
 
+def pipeline_script(args):
+    """The p2p-hang script and its arguments, alike under both launchers."""
+    return [PIPELINE_SCRIPT, "--trouble", f"stall@{args.fault_step}:{args.fault_rank}",
+            "--torch-timeout", f"{args.torch_timeout:g}"]
+
+
 def torchrun_case(args, kind, tmp):
-    cmd = [PYTHON, SHIM, f"--nproc_per_node={args.nproc}", f"--log_dir={tmp}",
-           f"--master_port={free_port()}", TORCH_SCRIPT,
-           "--fault", f"{kind}@{args.fault_step}:{args.fault_rank}", "--torch-timeout", f"{args.torch_timeout:g}"]
+    cmd = [PYTHON, SHIM, f"--nproc_per_node={args.nproc}", f"--log_dir={tmp}", f"--master_port={free_port()}"]
+    if kind == "p2p-hang":
+        cmd += pipeline_script(args)
+    else:
+        cmd += [TORCH_SCRIPT, "--fault", f"{kind}@{args.fault_step}:{args.fault_rank}",
+                "--torch-timeout", f"{args.torch_timeout:g}"]
     return cmd, TORCH_REPORT_RE, 1, args.torch_timeout + 120.0
 
 
@@ -223,7 +246,7 @@ def main(argv=None):
         f"torchrun at its default --monitor_interval (5 s)")
     results, failed = [], []
     launchers = ["ddplaunch"] + ([] if args.skip_torch else ["torchrun"])
-    for kind in ("crash", "hang", "python-hang"):
+    for kind in ("crash", "hang", "python-hang", "p2p-hang"):
         for launcher in launchers:
             if kind == "python-hang" and launcher != "ddplaunch":
                 continue  # torchrun's hang row already runs the PyTorch script
@@ -245,6 +268,9 @@ def main(argv=None):
         ratio = "" if r["launcher"] == "ddplaunch" or not ours else f"{r['median_s'] / ours['median_s']:.1f}x"
         if r["kind"] == "crash":
             kind = "crash"
+        elif r["kind"] == "p2p-hang":
+            timeout = f"gloo {args.torch_timeout:g} s" if r["launcher"] == "torchrun" else f"{args.hang_timeout:g} s"
+            kind = f"hang, PyTorch pipeline, send/recv only ({timeout})"
         elif r["launcher"] == "torchrun":
             kind = f"hang, PyTorch script (gloo {args.torch_timeout:g} s)"
         elif r["kind"] == "python-hang":

@@ -125,16 +125,16 @@ class BenchmarkSmokeTest(unittest.TestCase):
         # heartbeat intervals of 1 s, and a busy machine's delays): at 4 s a waiting
         # rank's own timeout sometimes came first and was reported as the failure.
         res = self.bench("fault_bench.py", "--repeat", 1, "--hang-timeout", 2, "--torch-timeout", 10, "--json",
-                        timeout=150)
+                        timeout=210)
         doc = json_document(res)
         self.assertEqual(doc["failed"], [])
         rows = {(r["launcher"], r["kind"]): r for r in doc["results"]}
-        self.assertEqual(set(rows), {(l, k) for l in ("ddplaunch", "torchrun") for k in ("crash", "hang")}
+        self.assertEqual(set(rows), {(l, k) for l in ("ddplaunch", "torchrun") for k in ("crash", "hang", "p2p-hang")}
                          | {("ddplaunch", "python-hang")})
-        self.assertTrue(rows[("ddplaunch", "crash")]["names_culprit"])
-        self.assertTrue(rows[("ddplaunch", "hang")]["names_culprit"])
-        self.assertTrue(rows[("ddplaunch", "python-hang")]["names_culprit"])
-        self.assertEqual(rows[("ddplaunch", "python-hang")]["exit_codes"], [124])
+        for kind in ("crash", "hang", "python-hang", "p2p-hang"):
+            self.assertTrue(rows[("ddplaunch", kind)]["names_culprit"], kind)
+        for kind in ("python-hang", "p2p-hang"):
+            self.assertEqual(rows[("ddplaunch", kind)]["exit_codes"], [124], kind)
         self.assertEqual(rows[("ddplaunch", "hang")]["exit_codes"], [124])  # the documented hang exit code
         # A hang is reported after the hang timeout, not before it.
         self.assertGreaterEqual(rows[("ddplaunch", "hang")]["median_s"], 2.0)

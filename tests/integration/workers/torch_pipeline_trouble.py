@@ -18,10 +18,14 @@ whichever rank sends), as some pipelines do.
 --inference: forward only, under torch.no_grad(): no gradients, no optimizer, so the
 script has no steps, and its send/recv are all it does between ranks.
 
+--torch-timeout S: init_process_group(timeout=S): how long Gloo lets a send or receive
+wait before it raises (torch's default: 30 min).
+
 Usage: torch_pipeline_trouble.py [--steps N] [--step-sleep S] [--trouble KIND@STEP:RANK] [--any-source]
-                                 [--inference]
+                                 [--inference] [--torch-timeout S]
 """
 import argparse
+import datetime
 import sys
 import time
 
@@ -39,6 +43,7 @@ def main():
     ap.add_argument("--trouble", default=None)
     ap.add_argument("--any-source", action="store_true")
     ap.add_argument("--inference", action="store_true")
+    ap.add_argument("--torch-timeout", type=float, default=1800.0)
     args = ap.parse_args()
     kind, at, who = None, -1, -1
     if args.trouble:
@@ -46,7 +51,7 @@ def main():
         at, who = (int(x) for x in rest.split(":"))
 
     torch.set_num_threads(1)
-    dist.init_process_group("gloo")
+    dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=args.torch_timeout))
     rank, world = dist.get_rank(), dist.get_world_size()
     torch.manual_seed(rank)
     stage = nn.Sequential(nn.Linear(WIDTH, WIDTH), nn.Tanh())
