@@ -65,8 +65,9 @@ class HangDetector {
   HangDetector(HangConfig config, int world_size, const Clock& clock);
 
   /// A heartbeat of one rank, received `age` ago (the agent held it that
-  /// long). Reports for ranks outside [0, world_size), from exited ranks, or
-  /// older than the rank's last report are ignored. Its resource sample, if
+  /// long). Reports for ranks outside [0, world_size) or from exited ranks
+  /// are ignored; one older than the rank's last report only adds the
+  /// collectives it shows to the desync check. Its resource sample, if
   /// any, is kept whenever it is newer than the one kept (exited ranks too);
   /// a resources_only report is that and nothing more: it does not make the
   /// rank monitored.
@@ -82,7 +83,8 @@ class HangDetector {
   void reset(int world_size);
 
   /// Evaluates at clock.now(). Returns a verdict once something is wrong
-  /// (priority: desync, silent rank, stuck collective); it is returned once
+  /// (priority: desync, silent rank, stuck collective; while a desync waits
+  /// for ranks yet to report its collective, nothing); it is returned once
   /// per generation, later calls return nullopt until reset() (see
   /// last_verdict()). Call every ~100 ms: a silent rank is then reported
   /// within hang_timeout + 2 heartbeat intervals of its last heartbeat.
