@@ -111,13 +111,10 @@ void DesyncCheck::compare(const std::string& group, uint64_t sequence, const Sig
   const bool dtype_differs = !ref.dtype.empty() && !sig.dtype.empty() && ref.dtype != sig.dtype;
   const bool bytes_differ = ref.bytes > 0 && sig.bytes > 0 && ref.bytes != sig.bytes;  // 0: unknown
   if (!op_differs && !dtype_differs && !bytes_differ) return;
-  if (!desync_) {
-    desync_ = Desync{sequence, group, {ref, sig}, now};
-  } else if (desync_->sequence == sequence && desync_->group == group &&
-             std::none_of(desync_->seen.begin(), desync_->seen.end(),
-                          [&](const Signature& s) { return s.rank == sig.rank; })) {
-    desync_->seen.push_back(sig);
-  }
+  // The first desync is the one reported. Its pair is kept, as the first
+  // report may be older than its rank's own record still reaches; the ranks
+  // that disagree later are listed from what each issued (issued_).
+  if (!desync_) desync_ = Desync{sequence, group, {ref, sig}, now};
 }
 
 const DesyncCheck::Signature* DesyncCheck::issued_k(int rank) const {

@@ -47,7 +47,6 @@ std::vector<int> difference(const std::vector<int>& all, const std::vector<int>&
   return out;
 }
 
-
 HangConfig with_phase_interval(HangConfig c) {
   c.trouble.phase_interval = c.heartbeat_interval / 2;
   return c;
